@@ -1,0 +1,60 @@
+// `trellis bench train`: training throughput and MFU on this machine.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "common/logging.h"
+#include "model/checkpoint.h"
+#include "model/train_bench.h"
+
+namespace trellis::cli {
+namespace {
+
+struct BenchTrainFlags {
+  std::string model;
+  model::TrainBenchOptions options;
+  ComputeFlags compute;
+};
+
+void run_bench_train(const BenchTrainFlags& f) {
+  auto compute = setup_compute(f.compute);
+  auto transformer = model::load_transformer(f.model, compute);
+  const auto& c = transformer->config();
+  std::printf("bench train: %s (%s, %.1fM params), %s, %d threads, seq_len %lld, %lld tokens\n",
+              f.model.c_str(), model::arch_name(c.arch), c.num_parameters() / 1e6,
+              compute.describe().c_str(), torch::get_num_threads(),
+              static_cast<long long>(f.options.seq_len), static_cast<long long>(f.options.tokens));
+  const int64_t steps = (f.options.tokens + f.options.seq_len - 1) / f.options.seq_len;
+  auto r = model::bench_train(*transformer, f.options, [&](int64_t step, double loss) {
+    std::fprintf(stderr, "\r  step %lld/%lld  loss %.4f", static_cast<long long>(step),
+                 static_cast<long long>(steps), loss);
+    std::fflush(stderr);
+  });
+  std::fprintf(stderr, "\n");
+  std::printf("%-12s %10s %12s %14s %14s %7s\n", "dtype", "steps", "tokens/s", "model TFLOP/s",
+              "matmul TFLOP/s", "MFU");
+  std::printf("%-12s %10lld %12.1f %14.3f %14.3f %6.1f%%\n", compute.bf16() ? "bf16" : "fp32",
+              static_cast<long long>(r.steps), r.tokens_per_s, r.achieved_flops / 1e12,
+              r.matmul_flops / 1e12, 100.0 * r.mfu);
+}
+
+}  // namespace
+
+void add_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks that report throughput and utilisation");
+  bench->require_subcommand(1);
+  static BenchTrainFlags f;
+  auto* train = bench->add_subcommand(
+      "train", "Forward + backward + AdamW on packed random data: tokens/s and MFU");
+  train->add_option("--model", f.model, "Hugging Face model directory")->required();
+  train->add_option("--seq-len", f.options.seq_len, "tokens per packed row (one step)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  train->add_option("--tokens", f.options.tokens, "tokens to time")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  train->add_option("--seed", f.options.seed, "data seed")->capture_default_str();
+  add_compute_flags(train, f.compute);
+  train->callback([] { run_bench_train(f); });
+}
+
+}  // namespace trellis::cli

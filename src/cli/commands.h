@@ -1,0 +1,28 @@
+// The subcommands of `trellis`. Each add_* registers one command group on the app; the command
+// bodies stay thin and call into the libraries under src/.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/compute.h"
+
+namespace trellis::cli {
+
+void add_config_commands(CLI::App& app);
+void add_model_commands(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_bench_commands(CLI::App& app);
+
+// --device / --dtype / --threads, shared by every command that runs the model.
+struct ComputeFlags {
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  int threads = 0;
+};
+void add_compute_flags(CLI::App* cmd, ComputeFlags& flags);
+// Applies the thread count and resolves the device and dtype (Error if unavailable).
+model::Compute setup_compute(const ComputeFlags& flags);
+
+}  // namespace trellis::cli

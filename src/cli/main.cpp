@@ -1,0 +1,41 @@
+// trellis: one binary, one subcommand per role or tool. Parses flags, runs the command, and turns
+// any Error into `error: <what> (<where>)` and a non-zero exit status.
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Trellis: decentralized, asynchronous RL post-training of language models.\n"
+      "A trusted trainer, untrusted inference workers, validators, relays and an orchestrator;\n"
+      "`trellis <command> --help` explains each command.",
+      "trellis"};
+  app.set_version_flag("--version", std::string("trellis ") + TRELLIS_VERSION);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off")
+      ->capture_default_str();
+  app.require_subcommand(1);
+  app.fallthrough();
+
+  trellis::cli::add_config_commands(app);
+  trellis::cli::add_model_commands(app);
+  trellis::cli::add_generate_command(app);
+  trellis::cli::add_bench_commands(app);
+
+  try {
+    app.parse_complete_callback([&] { trellis::set_log_level(log_level); });
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const trellis::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

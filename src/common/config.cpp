@@ -1,0 +1,149 @@
+#include "common/config.h"
+
+#include <sstream>
+
+#include "common/error.h"
+#include "common/files.h"
+
+namespace trellis {
+namespace {
+
+toml::table parse_toml(std::string_view text, const std::string& where) {
+  try {
+    return toml::parse(text, where);
+  } catch (const toml::parse_error& e) {
+    const auto& pos = e.source().begin;
+    throw Error(std::string(e.description()),
+                fmt::format("{}:{}:{}", where, pos.line, pos.column));
+  }
+}
+
+const char* type_name(toml::node_type t) {
+  switch (t) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a value";
+  }
+}
+
+}  // namespace
+
+Config Config::defaults() {
+  Config c;
+  c.table_ = parse_toml(default_config_toml(), "<embedded defaults>");
+  return c;
+}
+
+Config Config::resolve(const std::vector<std::filesystem::path>& files,
+                       const std::vector<std::string>& overrides) {
+  Config c = defaults();
+  for (const auto& f : files) c.merge_file(f);
+  for (const auto& o : overrides) c.apply_override(o);
+  return c;
+}
+
+void Config::merge_file(const std::filesystem::path& path) {
+  merge_toml(read_file(path), path.string());
+}
+
+void Config::merge_toml(std::string_view text, const std::string& where) {
+  merge_table(parse_toml(text, where), "", where);
+}
+
+void Config::merge_table(const toml::table& src, const std::string& prefix,
+                         const std::string& where) {
+  for (const auto& [k, v] : src) {
+    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    const toml::node* existing = table_.at_path(key).node();
+    if (existing == nullptr) throw Error("unknown config key '" + key + "'", where);
+    if (existing->is_table()) {
+      if (!v.is_table()) throw Error("config key '" + key + "' must be a table", where);
+      merge_table(*v.as_table(), key, where);
+      continue;
+    }
+    bool ok = existing->type() == v.type() ||
+              (existing->is_floating_point() && v.is_integer());  // 1 where 1.0 is expected
+    if (!ok) {
+      throw Error(fmt::format("config key '{}' must be {}, got {}", key,
+                              type_name(existing->type()), type_name(v.type())),
+                  where);
+    }
+    // Replace the value in its parent table.
+    auto dot = key.rfind('.');
+    toml::table* parent =
+        dot == std::string::npos ? &table_ : table_.at_path(key.substr(0, dot)).as_table();
+    std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
+    if (existing->is_floating_point() && v.is_integer()) {
+      parent->insert_or_assign(leaf, static_cast<double>(v.as_integer()->get()));
+    } else {
+      parent->insert_or_assign(leaf, v);
+    }
+  }
+}
+
+void Config::apply_override(std::string_view assignment) {
+  const std::string where = "--set " + std::string(assignment);
+  auto eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    throw Error("override must look like section.key=value", where);
+  }
+  std::string key(assignment.substr(0, eq));
+  std::string value(assignment.substr(eq + 1));
+  const toml::node* existing = table_.at_path(key).node();
+  if (existing == nullptr) throw Error("unknown config key '" + key + "'", where);
+  // Strings may be given bare (--set model.path=/tmp/m); everything else is a TOML value.
+  std::string literal = value;
+  if (existing->is_string() && (value.empty() || value.front() != '"')) {
+    std::ostringstream os;
+    os << toml::value<std::string>(value);
+    literal = os.str();
+  }
+  // Build a nested table {a = {b = value}} and merge it like a file.
+  std::string text;
+  auto dot = key.rfind('.');
+  if (dot != std::string::npos) text = "[" + key.substr(0, dot) + "]\n";
+  text += (dot == std::string::npos ? key : key.substr(dot + 1)) + " = " + literal + "\n";
+  merge_toml(text, where);
+}
+
+const toml::node& Config::node(std::string_view key) const {
+  const toml::node* n = table_.at_path(key).node();
+  if (n == nullptr) throw Error("missing config key '" + std::string(key) + "'");
+  return *n;
+}
+
+std::string Config::get_string(std::string_view key) const {
+  auto v = node(key).value<std::string>();
+  if (!v) throw Error("config key '" + std::string(key) + "' must be a string");
+  return *v;
+}
+
+int64_t Config::get_int(std::string_view key) const {
+  auto v = node(key).value<int64_t>();
+  if (!v) throw Error("config key '" + std::string(key) + "' must be an integer");
+  return *v;
+}
+
+double Config::get_double(std::string_view key) const {
+  auto v = node(key).value<double>();
+  if (!v) throw Error("config key '" + std::string(key) + "' must be a number");
+  return *v;
+}
+
+bool Config::get_bool(std::string_view key) const {
+  auto v = node(key).value<bool>();
+  if (!v) throw Error("config key '" + std::string(key) + "' must be a boolean");
+  return *v;
+}
+
+std::string Config::to_toml() const {
+  std::ostringstream os;
+  os << toml::toml_formatter{table_} << "\n";
+  return os.str();
+}
+
+}  // namespace trellis

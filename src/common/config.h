@@ -1,0 +1,50 @@
+// Config: Trellis configuration as TOML, resolved in layers, left to right:
+//   embedded defaults  <-  each CONFIG file in order  <-  each `--set section.key=value`.
+//
+// Every key a user may set exists in the embedded defaults (default_config.cpp), so a typo in a
+// file or an override is an error naming the key and where it came from, never a silent no-op.
+// Sections are named after modules (`[model]`, `[engine]`, `[trainer]`, ...).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+namespace trellis {
+
+class Config {
+ public:
+  // The embedded defaults alone.
+  static Config defaults();
+  // Defaults, then `files`, then `overrides` ("section.key=value" each).
+  static Config resolve(const std::vector<std::filesystem::path>& files,
+                        const std::vector<std::string>& overrides);
+
+  void merge_file(const std::filesystem::path& path);
+  void merge_toml(std::string_view text, const std::string& where);
+  void apply_override(std::string_view assignment);
+
+  std::string get_string(std::string_view key) const;
+  int64_t get_int(std::string_view key) const;
+  double get_double(std::string_view key) const;
+  bool get_bool(std::string_view key) const;
+
+  // The resolved configuration as TOML text (what `trellis config show` prints and what a run
+  // saves as config.toml).
+  std::string to_toml() const;
+
+ private:
+  const toml::node& node(std::string_view key) const;
+  void merge_table(const toml::table& src, const std::string& prefix, const std::string& where);
+
+  toml::table table_;
+};
+
+// The embedded default configuration (TOML text, documented inline).
+std::string_view default_config_toml();
+
+}  // namespace trellis

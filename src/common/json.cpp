@@ -1,0 +1,17 @@
+#include "common/json.h"
+
+#include "common/files.h"
+
+namespace trellis {
+
+Json parse_json(std::string_view text, const std::string& where) {
+  try {
+    return Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(where, "invalid JSON at byte {}", e.byte);
+  }
+}
+
+Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
+
+}  // namespace trellis

@@ -1,0 +1,40 @@
+// JSON helpers: parse with a clear error, and typed field access that names the missing or
+// mistyped field and the document it belongs to.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+
+namespace trellis {
+
+using Json = nlohmann::json;
+
+// Parses `text`; on a syntax error throws Error naming `where` and the byte offset.
+Json parse_json(std::string_view text, const std::string& where);
+// Reads and parses a JSON file.
+Json read_json_file(const std::string& path);
+
+// The value of a required field, converted to T. Throws Error("missing field 'key'", where) or
+// Error("field 'key' must be <type>", where).
+template <typename T>
+T json_required(const Json& obj, const char* key, const std::string& where) {
+  if (!obj.is_object() || !obj.contains(key)) fail(where, "missing field '{}'", key);
+  try {
+    return obj.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(where, "field '{}' has the wrong type ({})", key, obj.at(key).type_name());
+  }
+}
+
+// The value of an optional field, or `fallback` when absent or null.
+template <typename T>
+T json_optional(const Json& obj, const char* key, T fallback, const std::string& where) {
+  if (!obj.is_object() || !obj.contains(key) || obj.at(key).is_null()) return fallback;
+  return json_required<T>(obj, key, where);
+}
+
+}  // namespace trellis

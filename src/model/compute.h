@@ -1,0 +1,33 @@
+// Compute: where and in which dtype the model's math runs.
+//
+// Master weights and optimizer state are always fp32; the compute dtype is what matmuls and
+// activations use. "auto" picks bf16 where the hardware runs it natively (CPUs with
+// AVX512-BF16/AMX, any CUDA GPU with bf16) and fp32 otherwise.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+namespace trellis::model {
+
+struct Compute {
+  torch::Device device = torch::kCPU;
+  torch::ScalarType dtype = torch::kFloat32;
+
+  bool bf16() const { return dtype == torch::kBFloat16; }
+  std::string describe() const;  // e.g. "cpu/bf16"
+};
+
+// Resolves --device (cpu|cuda) and --dtype (auto|bf16|fp32). Errors when cuda is asked for but
+// this libtorch has no CUDA, or bf16 is asked for on a CPU without native bf16.
+Compute resolve_compute(const std::string& device, const std::string& dtype);
+
+// True when this CPU executes bf16 matmuls natively (AVX512-BF16 or AMX-BF16).
+bool cpu_has_native_bf16();
+
+// Uses `threads` threads for tensor math (0 = every core). libtorch's OpenMP default can be 1
+// inside containers, so every entry point sets this explicitly.
+void set_compute_threads(int threads);
+
+}  // namespace trellis::model

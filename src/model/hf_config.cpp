@@ -1,0 +1,156 @@
+#include "model/hf_config.h"
+
+#include "common/files.h"
+
+namespace trellis::model {
+
+const char* arch_name(Arch arch) {
+  switch (arch) {
+    case Arch::Llama: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::Qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+Arch parse_arch(const std::string& name, const std::string& where) {
+  if (name == "llama") return Arch::Llama;
+  if (name == "qwen2") return Arch::Qwen2;
+  if (name == "qwen3") return Arch::Qwen3;
+  fail(where, "unsupported model_type '{}' (supported: llama, qwen2, qwen3)", name);
+}
+
+namespace {
+
+std::vector<int64_t> read_eos(const Json& j, const std::string& where) {
+  if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return {};
+  const Json& v = j["eos_token_id"];
+  if (v.is_number_integer()) return {v.get<int64_t>()};
+  if (v.is_array()) {
+    std::vector<int64_t> out;
+    for (const auto& e : v) {
+      if (!e.is_number_integer()) fail(where, "field 'eos_token_id' must hold integers");
+      out.push_back(e.get<int64_t>());
+    }
+    return out;
+  }
+  fail(where, "field 'eos_token_id' must be an integer or a list of integers");
+}
+
+}  // namespace
+
+HfConfig HfConfig::from_json(const Json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, "config.json must be a JSON object");
+  HfConfig c;
+  c.arch = parse_arch(json_required<std::string>(j, "model_type", where), where);
+  c.hidden_size = json_required<int64_t>(j, "hidden_size", where);
+  c.intermediate_size = json_required<int64_t>(j, "intermediate_size", where);
+  c.num_hidden_layers = json_required<int64_t>(j, "num_hidden_layers", where);
+  c.num_attention_heads = json_required<int64_t>(j, "num_attention_heads", where);
+  c.num_key_value_heads =
+      json_optional<int64_t>(j, "num_key_value_heads", c.num_attention_heads, where);
+  c.vocab_size = json_required<int64_t>(j, "vocab_size", where);
+  c.max_position_embeddings = json_required<int64_t>(j, "max_position_embeddings", where);
+  c.rms_norm_eps = json_required<double>(j, "rms_norm_eps", where);
+  c.rope_theta = json_optional<double>(j, "rope_theta", 10000.0, where);
+  c.tie_word_embeddings = json_optional<bool>(j, "tie_word_embeddings", false, where);
+  if (c.num_attention_heads <= 0) fail(where, "field 'num_attention_heads' must be positive");
+  c.head_dim = json_optional<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, where);
+  switch (c.arch) {
+    case Arch::Qwen2: c.attention_bias = true; break;  // Qwen2 always has q/k/v bias
+    case Arch::Llama:
+    case Arch::Qwen3: c.attention_bias = json_optional<bool>(j, "attention_bias", false, where);
+  }
+  c.qk_norm = c.arch == Arch::Qwen3;
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    fail(where, "field 'rope_scaling' is not supported (only plain RoPE); remove it or use a "
+                "model without RoPE scaling");
+  }
+  if (json_optional<bool>(j, "use_sliding_window", false, where)) {
+    fail(where, "field 'use_sliding_window' = true is not supported");
+  }
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu") {
+    fail(where, "field 'hidden_act' must be \"silu\"");
+  }
+  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) {
+    c.bos_token_id = j["bos_token_id"].get<int64_t>();
+  }
+  c.eos_token_ids = read_eos(j, where);
+  c.torch_dtype = json_optional<std::string>(j, "torch_dtype", "bfloat16", where);
+  c.validate(where);
+  return c;
+}
+
+void HfConfig::validate(const std::string& where) const {
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0) fail(where, "field '{}' must be positive, got {}", name, v);
+  };
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  positive(vocab_size, "vocab_size");
+  positive(max_position_embeddings, "max_position_embeddings");
+  if (head_dim % 2 != 0) fail(where, "field 'head_dim' must be even for RoPE, got {}", head_dim);
+  if (num_attention_heads % num_key_value_heads != 0) {
+    fail(where, "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
+         num_attention_heads, num_key_value_heads);
+  }
+  if (!(rms_norm_eps > 0)) fail(where, "field 'rms_norm_eps' must be positive");
+  if (!(rope_theta > 0)) fail(where, "field 'rope_theta' must be positive");
+}
+
+HfConfig HfConfig::load(const std::filesystem::path& model_dir) {
+  auto path = model_dir / "config.json";
+  if (!std::filesystem::exists(path)) {
+    fail(path.string(), "no config.json: is '{}' a Hugging Face model directory?",
+         model_dir.string());
+  }
+  return from_json(read_json_file(path.string()), path.string());
+}
+
+Json HfConfig::to_json() const {
+  Json j;
+  static const char* kClass[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  j["architectures"] = {kClass[static_cast<int>(arch)]};
+  j["model_type"] = arch_name(arch);
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["vocab_size"] = vocab_size;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  if (arch != Arch::Qwen2) j["attention_bias"] = attention_bias;
+  j["hidden_act"] = "silu";
+  j["rope_scaling"] = nullptr;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
+  if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
+  j["torch_dtype"] = torch_dtype;
+  return j;
+}
+
+void HfConfig::save(const std::filesystem::path& model_dir) const {
+  write_file_atomic(model_dir / "config.json", to_json().dump(2) + "\n");
+}
+
+int64_t HfConfig::num_parameters() const {
+  const int64_t d = hidden_size, q = num_attention_heads * head_dim,
+                kv = num_key_value_heads * head_dim;
+  int64_t attn = d * q + 2 * d * kv + q * d;
+  if (attention_bias) attn += q + 2 * kv;
+  if (qk_norm) attn += 2 * head_dim;
+  const int64_t mlp = 3 * d * intermediate_size;
+  const int64_t norms = 2 * d;
+  const int64_t embed = vocab_size * d * (tie_word_embeddings ? 1 : 2);
+  return num_hidden_layers * (attn + mlp + norms) + d + embed;
+}
+
+}  // namespace trellis::model

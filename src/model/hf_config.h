@@ -1,0 +1,53 @@
+// HfConfig: the architecture of a model as read from (and written to) a Hugging Face config.json.
+//
+// Supports model_type llama, qwen2 and qwen3. Every field the transformer depends on is read
+// explicitly; a missing or mistyped field, an unknown model_type or an unsupported feature
+// (rope_scaling, sliding windows) is an Error naming the field and file, never a silent default.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace trellis::model {
+
+enum class Arch { Llama, Qwen2, Qwen3 };
+
+const char* arch_name(Arch arch);  // "llama" | "qwen2" | "qwen3" (the HF model_type)
+Arch parse_arch(const std::string& name, const std::string& where);
+
+struct HfConfig {
+  Arch arch = Arch::Qwen2;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;  // hidden_size / num_attention_heads unless given
+  int64_t vocab_size = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projection bias (always true for qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (qwen3)
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
+  std::string torch_dtype = "bfloat16";
+
+  static HfConfig from_json(const Json& j, const std::string& where);
+  static HfConfig load(const std::filesystem::path& model_dir);  // DIR/config.json
+  Json to_json() const;
+  void save(const std::filesystem::path& model_dir) const;
+
+  // Throws if the shapes are inconsistent (e.g. heads not dividing, kv heads not dividing heads).
+  void validate(const std::string& where) const;
+  // Number of parameters, counting a tied embedding once.
+  int64_t num_parameters() const;
+};
+
+}  // namespace trellis::model

@@ -1,0 +1,120 @@
+// Transformer: the decoder-only language model shared by the engine, trainer and validators.
+//
+// One implementation covers Llama, Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm): RMSNorm,
+// RoPE (non-interleaved halves, as in Hugging Face), grouped-query attention, SwiGLU MLP, tied or
+// untied LM head. Parameters are fp32 master tensors named exactly as in Hugging Face checkpoints
+// ("model.layers.0.self_attn.q_proj.weight", ...); the math runs in the compute dtype (bf16 on
+// hardware that has it), casting weights on the fly so gradients reach the fp32 masters.
+//
+// Two forward paths share every layer function:
+//  (a) forward_packed: several samples concatenated into one token stream, positions restarting
+//      per sample, attention confined to each sample (training, validation prefill);
+//  (b) forward_step: new tokens for a batch of sequences appended to a KVCache (generation).
+// Both can return the final hidden states (the LM head's input) in addition to, or instead of,
+// the logits.
+//
+// Not thread-safe: one forward at a time per instance.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/compute.h"
+#include "model/hf_config.h"
+
+namespace trellis::model {
+
+struct ForwardOptions {
+  bool logits = true;   // compute the LM head (fp32 logits)
+  bool hidden = false;  // return the final normed hidden states (compute dtype)
+};
+
+struct ForwardOutput {
+  torch::Tensor logits;  // [tokens, vocab] (packed) or [batch, t, vocab] (step), fp32
+  torch::Tensor hidden;  // same leading shape, [..., hidden_size]
+};
+
+// Contiguous per-layer key/value cache for `batch` sequences that advance together.
+// (The engine's paged cache is its own type; this one serves simple generation and tests.)
+class KVCache {
+ public:
+  KVCache(const HfConfig& config, int64_t batch, int64_t capacity, const Compute& compute);
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t batch() const { return batch_; }
+
+ private:
+  friend class Transformer;
+  std::vector<torch::Tensor> k_, v_;  // per layer [batch, kv_heads, capacity, head_dim]
+  int64_t batch_, capacity_, length_ = 0;
+};
+
+class Transformer {
+ public:
+  // Allocates zeroed fp32 parameters for `config`; call init_random() or load weights.
+  Transformer(const HfConfig& config, const Compute& compute);
+
+  const HfConfig& config() const { return config_; }
+  const Compute& compute() const { return compute_; }
+
+  // Hugging Face initialisation: linear and embedding weights ~ N(0, 0.02), norms 1, biases 0.
+  void init_random(uint64_t seed);
+
+  // Parameters in Hugging Face naming and a stable order. The LM head appears only when untied.
+  const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const {
+    return params_;
+  }
+  std::vector<torch::Tensor> parameters() const;
+  // The master tensor of `name`; Error if there is none.
+  torch::Tensor parameter(const std::string& name) const;
+  void set_requires_grad(bool requires_grad);
+
+  // (a) tokens, positions: int64 [T]; seq_lens sums to T. Attention never crosses samples.
+  ForwardOutput forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                               const std::vector<int64_t>& seq_lens,
+                               ForwardOptions options = {});
+  // Convenience: one sample per call, positions 0..T-1.
+  ForwardOutput forward(const torch::Tensor& tokens, ForwardOptions options = {});
+
+  // (b) tokens: int64 [batch, t], appended at positions cache.length() .. + t - 1.
+  ForwardOutput forward_step(const torch::Tensor& tokens, KVCache& cache,
+                             ForwardOptions options = {});
+
+ private:
+  struct Layer {
+    torch::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, q_norm, k_norm;
+    torch::Tensor post_norm, gate_w, up_w, down_w;
+  };
+
+  torch::Tensor add_param(const std::string& name, std::vector<int64_t> shape);
+  // The compute-dtype version of a master weight: cast per call when autograd is on; cached
+  // (and refreshed when the master changes) under NoGradGuard, so generation pays no cast.
+  torch::Tensor w(const torch::Tensor& master);
+  torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight);
+  torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+  // q: [n, t, heads, hd]; k, v: [n, kv_heads, s, hd]. Query i sits at position q_offset + i
+  // and sees keys 0 .. q_offset + i. Returns [n, t, heads * hd].
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       int64_t q_offset);
+  torch::Tensor mlp(const Layer& layer, const torch::Tensor& x);
+  ForwardOutput finish(const torch::Tensor& x, ForwardOptions options);
+
+  HfConfig config_;
+  Compute compute_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::unordered_map<std::string, size_t> index_;
+  torch::Tensor embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  torch::Tensor rope_cos_, rope_sin_;  // [max_positions, head_dim / 2], fp32
+  struct Cast {
+    int64_t version;
+    torch::Tensor value;
+  };
+  std::unordered_map<const void*, Cast> cast_cache_;
+};
+
+}  // namespace trellis::model

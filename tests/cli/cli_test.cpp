@@ -1,0 +1,175 @@
+// End-to-end tests of the `trellis` binary as a user runs it: model init/info/generate, config
+// show, and a clear `error: ...` with a non-zero exit for every kind of corrupt model directory.
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "cli/run_cli.h"
+#include "common/files.h"
+#include "common/json.h"
+
+namespace trellis::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" << (haystack)
+
+// Writes a safetensors file by hand: u64 header length, header JSON, data.
+void write_raw_safetensors(const fs::path& path, const std::string& header, size_t data_bytes) {
+  std::string out(8, '\0');
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  out += header;
+  out += std::string(data_bytes, '\0');
+  write_file_atomic(path, out);
+}
+
+class CliModel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fresh_dir("model");
+    auto r = run_trellis("model init --arch qwen3 --preset tiny --seed 1 --out " + dir_.string());
+    ASSERT_EQ(r.status, 0) << r.output;
+  }
+  // A copy of the model to corrupt.
+  fs::path copy(const std::string& name) {
+    auto dst = fresh_dir(name);
+    fs::copy(dir_, dst, fs::copy_options::recursive);
+    return dst;
+  }
+  static fs::path dir_;
+};
+fs::path CliModel::dir_;
+
+TEST(Cli, VersionAndHelp) {
+  auto v = run_trellis("--version");
+  EXPECT_EQ(v.status, 0);
+  EXPECT_CONTAINS(v.output, "trellis 0.");
+  auto h = run_trellis("--help");
+  EXPECT_EQ(h.status, 0);
+  for (const char* cmd : {"model", "generate", "config", "bench"}) EXPECT_CONTAINS(h.output, cmd);
+  auto none = run_trellis("");
+  EXPECT_NE(none.status, 0);
+  auto bad = run_trellis("frobnicate");
+  EXPECT_NE(bad.status, 0);
+}
+
+TEST_F(CliModel, InfoDescribesTheModel) {
+  auto r = run_trellis("model info " + dir_.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "qwen3");
+  EXPECT_CONTAINS(r.output, "q/k norm");
+  EXPECT_CONTAINS(r.output, "BF16");
+  EXPECT_CONTAINS(r.output, "tokenizer     264 tokens");
+}
+
+TEST_F(CliModel, GenerateIsDeterministicPerSeed) {
+  std::string base = "generate --model " + dir_.string() + " --prompt hello --max-tokens 12 ";
+  auto a = run_trellis(base + "--seed 5");
+  auto b = run_trellis(base + "--seed 5");
+  auto greedy = run_trellis(base + "--temperature 0");
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_CONTAINS(a.output, "hello");
+  EXPECT_CONTAINS(a.output, "tokens/s");
+  EXPECT_EQ(a.output.substr(0, a.output.find('[')), b.output.substr(0, b.output.find('[')));
+  EXPECT_EQ(greedy.status, 0) << greedy.output;
+}
+
+TEST_F(CliModel, TruncatedSafetensorsIsAnError) {
+  auto dir = copy("truncated");
+  auto file = dir / "model.safetensors";
+  fs::resize_file(file, fs::file_size(file) / 2);
+  auto r = run_trellis("generate --prompt hi --model " + dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "error: ");
+  EXPECT_CONTAINS(r.output, "model.safetensors");
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos);
+}
+
+TEST_F(CliModel, HeaderOffsetsOutOfRangeIsAnError) {
+  auto dir = copy("offsets");
+  write_raw_safetensors(dir / "model.safetensors",
+                        R"({"model.norm.weight":{"dtype":"F32","shape":[128],)"
+                        R"("data_offsets":[0,100000]}})",
+                        512);
+  auto r = run_trellis("model info " + dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "error: ");
+  EXPECT_CONTAINS(r.output, "model.norm.weight");
+}
+
+TEST_F(CliModel, UnknownDtypeIsAnError) {
+  auto dir = copy("dtype");
+  write_raw_safetensors(dir / "model.safetensors",
+                        R"({"model.norm.weight":{"dtype":"Q4_K","shape":[128],)"
+                        R"("data_offsets":[0,64]}})",
+                        64);
+  auto r = run_trellis("model info " + dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "unknown dtype 'Q4_K'");
+}
+
+TEST_F(CliModel, ShapeNotMatchingConfigIsAnError) {
+  auto dir = copy("shape");
+  auto j = read_json_file((dir / "config.json").string());
+  j["hidden_size"] = 256;
+  j["head_dim"] = 64;
+  write_file_atomic(dir / "config.json", j.dump());
+  auto r = run_trellis("generate --prompt hi --model " + dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "error: tensor 'model.embed_tokens.weight' has shape [320, 128]");
+}
+
+TEST_F(CliModel, UnsupportedTokenizerModelTypeIsAnError) {
+  auto dir = copy("tokenizer");
+  auto j = read_json_file((dir / "tokenizer.json").string());
+  j["model"]["type"] = "Unigram";
+  write_file_atomic(dir / "tokenizer.json", j.dump());
+  auto r = run_trellis("generate --prompt hi --model " + dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "Unigram");
+  EXPECT_CONTAINS(r.output, "tokenizer.json");
+}
+
+TEST_F(CliModel, ConfigMissingFieldIsAnError) {
+  auto dir = copy("config");
+  auto j = read_json_file((dir / "config.json").string());
+  j.erase("num_attention_heads");
+  write_file_atomic(dir / "config.json", j.dump());
+  auto r = run_trellis("model info " + dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "missing field 'num_attention_heads'");
+  EXPECT_CONTAINS(r.output, "config.json");
+}
+
+TEST(Cli, ModelDirectoryThatDoesNotExist) {
+  auto r = run_trellis("generate --prompt hi --model /nonexistent/model");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "error: ");
+  EXPECT_CONTAINS(r.output, "/nonexistent/model");
+}
+
+TEST(Cli, ConfigShowResolvesFilesAndOverrides) {
+  auto dir = fresh_dir("config");
+  fs::create_directories(dir);
+  write_file_atomic(dir / "a.toml", "[run]\nname = \"from-file\"\nseed = 3\n");
+  auto r = run_trellis("config show " + (dir / "a.toml").string() +
+                       " --set run.seed=9 --set model.path=/tmp/m");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "name = 'from-file'");
+  EXPECT_CONTAINS(r.output, "seed = 9");
+  EXPECT_CONTAINS(r.output, "path = '/tmp/m'");
+  auto typo = run_trellis("config show --set run.sed=9");
+  EXPECT_EQ(typo.status, 1);
+  EXPECT_CONTAINS(typo.output, "error: unknown config key 'run.sed'");
+  write_file_atomic(dir / "bad.toml", "[run]\nseed = \"three\"\n");
+  auto bad = run_trellis("config show " + (dir / "bad.toml").string());
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_CONTAINS(bad.output, "'run.seed' must be an integer");
+  EXPECT_CONTAINS(bad.output, "bad.toml");
+}
+
+}  // namespace
+}  // namespace trellis::test

@@ -1,0 +1,66 @@
+// Config tests: layering, type checks, unknown keys, override parsing.
+#include "common/config.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "common/files.h"
+
+namespace trellis {
+namespace {
+
+TEST(Config, DefaultsParseAndEveryLayerApplies) {
+  Config c = Config::defaults();
+  EXPECT_EQ(c.get_string("compute.device"), "cpu");
+  c.merge_toml("[run]\nseed = 4\n[log]\nlevel = \"debug\"\n", "a.toml");
+  c.apply_override("run.seed=7");
+  c.apply_override("run.name=my run");
+  EXPECT_EQ(c.get_int("run.seed"), 7);
+  EXPECT_EQ(c.get_string("log.level"), "debug");
+  EXPECT_EQ(c.get_string("run.name"), "my run");
+  // The printed config parses back to the same values.
+  Config again = Config::defaults();
+  again.merge_toml(c.to_toml(), "printed");
+  EXPECT_EQ(again.to_toml(), c.to_toml());
+}
+
+TEST(Config, ErrorsNameTheKeyAndSource) {
+  Config c = Config::defaults();
+  auto msg = [&](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_EQ(msg([&] { c.merge_toml("[run]\nsede = 1\n", "x.toml"); }),
+            "unknown config key 'run.sede' (x.toml)");
+  EXPECT_EQ(msg([&] { c.merge_toml("[run]\nseed = true\n", "x.toml"); }),
+            "config key 'run.seed' must be an integer, got a boolean (x.toml)");
+  EXPECT_NE(msg([&] { c.merge_toml("[run\n", "y.toml"); }).find("y.toml:1"), std::string::npos);
+  EXPECT_NE(msg([&] { c.apply_override("run.seed"); }).find("section.key=value"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { c.apply_override("nope.key=1"); }).find("unknown config key 'nope.key'"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { c.apply_override("run.seed=abc"); }).find("--set run.seed=abc"),
+            std::string::npos);
+}
+
+TEST(Files, AtomicWriteReplacesWholeFile) {
+  auto path = std::filesystem::temp_directory_path() / "trellis_files_test" / "f.txt";
+  write_file_atomic(path, "first");
+  write_file_atomic(path, "second version");
+  EXPECT_EQ(read_file(path), "second version");
+  MappedFile m(path);
+  EXPECT_EQ(m.bytes().size(), 14u);
+  EXPECT_THROW(read_file("/nonexistent/file"), Error);
+  EXPECT_THROW(MappedFile("/nonexistent/file"), Error);
+  // No temporary files left behind.
+  int n = 0;
+  for (auto& e : std::filesystem::directory_iterator(path.parent_path())) n += e.exists();
+  EXPECT_EQ(n, 1);
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,235 @@
+// Transformer tests: the packed and incremental paths against each other and against a naive,
+// independently written double-precision reference, for every supported architecture.
+#include "model/transformer.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "model/presets.h"
+
+namespace trellis::model {
+namespace {
+
+using torch::indexing::Slice;
+
+HfConfig tiny(Arch arch) {
+  HfConfig c = preset_config(arch, "tiny");
+  c.num_hidden_layers = 2;
+  return c;
+}
+
+// Random init plus non-trivial norms and biases, so that every parameter matters.
+std::unique_ptr<Transformer> make_model(const HfConfig& c, torch::ScalarType dtype,
+                                        uint64_t seed = 1) {
+  auto m = std::make_unique<Transformer>(c, Compute{torch::kCPU, dtype});
+  m->init_random(seed);
+  torch::NoGradGuard g;
+  auto gen = at::detail::createCPUGenerator(seed + 100);
+  for (auto& [name, p] : m->named_parameters()) {
+    if (name.find("norm") != std::string::npos) p.add_(at::normal(0.0, 0.2, p.sizes(), gen));
+    if (name.find(".bias") != std::string::npos) p.copy_(at::normal(0.0, 0.1, p.sizes(), gen));
+  }
+  return m;
+}
+
+torch::Tensor random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return at::randint(vocab, {n}, gen, torch::kInt64);
+}
+
+// Naive reference: per head, per query loops over explicit formulas, in double precision.
+torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens) {
+  const HfConfig& c = m.config();
+  auto P = [&](const std::string& n) { return m.parameter(n).to(torch::kFloat64); };
+  auto rms = [&](const torch::Tensor& x, const torch::Tensor& w) {
+    return x / torch::sqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps) * w;
+  };
+  const int64_t T = tokens.size(0), hd = c.head_dim;
+  auto rope_row = [&](torch::Tensor v, int64_t pos) {  // v: [hd]
+    auto out = v.clone();
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      double inv = std::pow(c.rope_theta, -2.0 * i / hd);
+      double a = pos * static_cast<double>(static_cast<float>(inv));
+      double x1 = v[i].item<double>(), x2 = v[i + hd / 2].item<double>();
+      out[i] = x1 * std::cos(a) - x2 * std::sin(a);
+      out[i + hd / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+    }
+    return out;
+  };
+  auto x = P("model.embed_tokens.weight").index_select(0, tokens);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto h = rms(x, P(p + "input_layernorm.weight"));
+    auto proj = [&](const std::string& n) {
+      auto y = torch::matmul(h, P(p + "self_attn." + n + ".weight").t());
+      if (c.attention_bias) y = y + P(p + "self_attn." + n + ".bias");
+      return y;
+    };
+    auto q = proj("q_proj"), k = proj("k_proj"), v = proj("v_proj");
+    auto attn = torch::zeros({T, c.num_attention_heads * hd}, torch::kFloat64);
+    for (int64_t head = 0; head < c.num_attention_heads; ++head) {
+      int64_t kvh = head / (c.num_attention_heads / c.num_key_value_heads);
+      std::vector<torch::Tensor> qs, ks;
+      for (int64_t t = 0; t < T; ++t) {
+        auto qv = q[t].slice(0, head * hd, (head + 1) * hd);
+        auto kv = k[t].slice(0, kvh * hd, (kvh + 1) * hd);
+        if (c.qk_norm) {
+          qv = rms(qv, P(p + "self_attn.q_norm.weight"));
+          kv = rms(kv, P(p + "self_attn.k_norm.weight"));
+        }
+        qs.push_back(rope_row(qv, t));
+        ks.push_back(rope_row(kv, t));
+      }
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> s(i + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          s[j] = torch::dot(qs[i], ks[j]).item<double>() / std::sqrt(double(hd));
+          mx = std::max(mx, s[j]);
+        }
+        for (auto& e : s) sum += (e = std::exp(e - mx));
+        auto o = torch::zeros({hd}, torch::kFloat64);
+        for (int64_t j = 0; j <= i; ++j) o += s[j] / sum * v[j].slice(0, kvh * hd, (kvh + 1) * hd);
+        attn[i].slice(0, head * hd, (head + 1) * hd).copy_(o);
+      }
+    }
+    x = x + torch::matmul(attn, P(p + "self_attn.o_proj.weight").t());
+    auto h2 = rms(x, P(p + "post_attention_layernorm.weight"));
+    auto g = torch::matmul(h2, P(p + "mlp.gate_proj.weight").t());
+    auto u = torch::matmul(h2, P(p + "mlp.up_proj.weight").t());
+    x = x + torch::matmul(g / (1 + torch::exp(-g)) * u, P(p + "mlp.down_proj.weight").t());
+  }
+  auto head = c.tie_word_embeddings ? P("model.embed_tokens.weight") : P("lm_head.weight");
+  return torch::matmul(rms(x, P("model.norm.weight")), head.t());
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+class TransformerArch : public ::testing::TestWithParam<Arch> {};
+
+TEST_P(TransformerArch, MatchesNaiveReference) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(GetParam());
+  auto m = make_model(c, torch::kFloat32);
+  auto tokens = random_tokens(11, c.vocab_size, 7);
+  auto ours = m->forward(tokens).logits;
+  auto ref = reference_logits(*m, tokens);
+  EXPECT_LT(max_diff(ours, ref), 1e-4) << arch_name(c.arch);
+  EXPECT_GT(ref.abs().max().item<double>(), 0.1);  // not trivially zero
+}
+
+TEST_P(TransformerArch, PackedEqualsPerSample) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(GetParam());
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    auto m = make_model(c, dtype);
+    std::vector<int64_t> lens = {5, 9, 1, 3};
+    std::vector<torch::Tensor> samples, positions;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      samples.push_back(random_tokens(lens[i], c.vocab_size, 20 + i));
+      positions.push_back(torch::arange(lens[i], torch::kInt64));
+    }
+    auto packed = m->forward_packed(torch::cat(samples), torch::cat(positions), lens,
+                                    {.logits = true, .hidden = true});
+    int64_t start = 0;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      auto single = m->forward(samples[i], {.logits = true, .hidden = true});
+      auto part = packed.logits.narrow(0, start, lens[i]);
+      double tol = dtype == torch::kFloat32 ? 1e-5 : 2e-2;
+      EXPECT_LT(max_diff(part, single.logits), tol) << "sample " << i;
+      EXPECT_LT(max_diff(packed.hidden.narrow(0, start, lens[i]), single.hidden), tol * 10);
+      start += lens[i];
+    }
+  }
+}
+
+TEST_P(TransformerArch, KvCacheStepsEqualFullForward) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(GetParam());
+  auto m = make_model(c, torch::kFloat32);
+  const int64_t T = 13;
+  auto tokens = random_tokens(T, c.vocab_size, 3);
+  auto full = m->forward(tokens, {.logits = true, .hidden = true});
+  // Batch of two identical rows: prefill 4, then 1, 1, a chunk of 3, then one at a time.
+  KVCache cache(c, 2, T, m->compute());
+  auto rows = tokens.unsqueeze(0).repeat({2, 1});
+  int64_t pos = 0;
+  for (int64_t chunk : {4, 1, 1, 3, 1, 1, 1, 1}) {
+    auto out = m->forward_step(rows.narrow(1, pos, chunk), cache, {.logits = true, .hidden = true});
+    for (int64_t b = 0; b < 2; ++b) {
+      EXPECT_LT(max_diff(out.logits[b], full.logits.narrow(0, pos, chunk)), 1e-5)
+          << "positions " << pos << ".." << pos + chunk - 1;
+      EXPECT_LT(max_diff(out.hidden[b], full.hidden.narrow(0, pos, chunk)), 1e-5);
+    }
+    pos += chunk;
+  }
+  EXPECT_EQ(cache.length(), T);
+  EXPECT_THROW(m->forward_step(rows.narrow(1, 0, 1), cache), Error);  // cache full
+}
+
+INSTANTIATE_TEST_SUITE_P(AllArchs, TransformerArch,
+                         ::testing::Values(Arch::Llama, Arch::Qwen2, Arch::Qwen3),
+                         [](const auto& info) { return std::string(arch_name(info.param)); });
+
+TEST(Transformer, HiddenStatesAreTheLmHeadInput) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(Arch::Qwen2);
+  c.tie_word_embeddings = false;
+  auto m = make_model(c, torch::kFloat32);
+  auto out = m->forward(random_tokens(6, c.vocab_size, 1), {.logits = true, .hidden = true});
+  auto expect = torch::matmul(out.hidden, m->parameter("lm_head.weight").t());
+  EXPECT_LT(max_diff(out.logits, expect), 1e-5);
+}
+
+TEST(Transformer, BiasAndQkNormParametersAreUsed) {
+  torch::NoGradGuard g;
+  for (auto [arch, name] : {std::pair{Arch::Qwen2, "model.layers.0.self_attn.k_proj.bias"},
+                            std::pair{Arch::Qwen3, "model.layers.0.self_attn.q_norm.weight"}}) {
+    HfConfig c = tiny(arch);
+    auto m = make_model(c, torch::kFloat32);
+    auto tokens = random_tokens(8, c.vocab_size, 2);
+    auto before = m->forward(tokens).logits;
+    m->parameter(name).mul_(3.0).add_(0.5);
+    EXPECT_GT(max_diff(before, m->forward(tokens).logits), 1e-3) << name;
+  }
+  EXPECT_THROW(make_model(tiny(Arch::Llama), torch::kFloat32)
+                   ->parameter("model.layers.0.self_attn.q_proj.bias"),
+               Error);
+}
+
+TEST(Transformer, Bf16ComputeTracksFp32AndGradientsReachFp32Masters) {
+  HfConfig c = tiny(Arch::Qwen3);
+  auto m32 = make_model(c, torch::kFloat32);
+  auto m16 = make_model(c, torch::kBFloat16);
+  auto tokens = random_tokens(16, c.vocab_size, 5);
+  {
+    torch::NoGradGuard g;
+    auto a = torch::log_softmax(m32->forward(tokens).logits, -1);
+    auto b = torch::log_softmax(m16->forward(tokens).logits, -1);
+    EXPECT_LT(max_diff(a, b), 0.1);
+  }
+  m16->set_requires_grad(true);
+  auto loss = m16->forward(tokens).logits.logsumexp(-1).mean();
+  loss.backward();
+  for (const auto& [name, p] : m16->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32) << name;
+  }
+  EXPECT_GT(m16->parameter("model.layers.1.mlp.down_proj.weight").grad().abs().sum().item<double>(),
+            0);
+}
+
+TEST(Transformer, RejectsPositionsBeyondTheContext) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(Arch::Llama);
+  c.max_position_embeddings = 8;
+  auto m = make_model(c, torch::kFloat32);
+  EXPECT_THROW(m->forward(random_tokens(9, c.vocab_size, 1)), Error);
+  EXPECT_NO_THROW(m->forward(random_tokens(8, c.vocab_size, 1)));
+}
+
+}  // namespace
+}  // namespace trellis::model
