@@ -32,11 +32,13 @@ void run_generate(const GenerateFlags& f) {
   for (int32_t id : tok.eos_ids()) stop.push_back(id);
   for (int64_t id : transformer->config().eos_token_ids) stop.push_back(id);
 
+  auto options = f.options;
+  options.vocab_limit = tok.vocab_size();
   log::info("{}: {} prompt tokens, up to {} new tokens on {}", f.model, prompt.size(),
             f.options.max_tokens, compute.describe());
   auto t0 = std::chrono::steady_clock::now();
   std::fputs(f.prompt.c_str(), stdout);
-  auto result = model::generate(*transformer, prompt, stop, f.options, [&](int32_t id) {
+  auto result = model::generate(*transformer, prompt, stop, options, [&](int32_t id) {
     if (tok.is_special(id)) return;
     std::string bytes = tok.token_bytes(id);
     std::fwrite(bytes.data(), 1, bytes.size(), stdout);

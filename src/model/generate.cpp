@@ -29,6 +29,9 @@ Generation generate(Transformer& model, const std::vector<int32_t>& prompt,
   while (static_cast<int64_t>(out.tokens.size()) < options.max_tokens &&
          cache.length() + input.size(1) <= capacity) {
     auto logits = model.forward_step(input, cache).logits[0][-1].to(torch::kCPU);
+    if (options.vocab_limit > 0 && options.vocab_limit < logits.size(0)) {
+      logits = logits.narrow(0, 0, options.vocab_limit);
+    }
     int64_t next;
     if (options.temperature == 0) {
       next = logits.argmax().item<int64_t>();

@@ -16,6 +16,9 @@ struct GenerateOptions {
   int64_t max_tokens = 64;
   double temperature = 1.0;  // 0 = greedy
   uint64_t seed = 0;
+  // Sample only ids below this (0 = the whole vocab). Checkpoints pad their embedding past the
+  // tokenizer's last token; those rows are untrained and name no token.
+  int64_t vocab_limit = 0;
 };
 
 struct Generation {

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <functional>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 
@@ -29,9 +31,7 @@ constexpr const char* kGpt2Pattern =
 constexpr const char* kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-std::string sub(const std::string& where, const std::string& field) {
-  return where + ": " + field;
-}
+std::string sub(const std::string& where, const std::string& field) { return where + ": " + field; }
 
 // ---- UTF-8 ----------------------------------------------------------------------------------
 
@@ -324,13 +324,13 @@ class MergeTable {
   }
   void set(uint64_t key, MergeTarget value) {
     if (2 * (size_ + 1) > slots_.size()) rehash(std::max<size_t>(16, 2 * slots_.size()));
-    Slot& slot = probe(key);
+    Slot& slot = slots_[slot_of(key)];
     if (slot.key == kEmpty) ++size_;
     slot = {key, value};
   }
   const MergeTarget* find(uint64_t key) const {
     if (slots_.empty()) return nullptr;
-    const Slot& slot = const_cast<MergeTable*>(this)->probe(key);
+    const Slot& slot = slots_[slot_of(key)];
     return slot.key == kEmpty ? nullptr : &slot.value;
   }
 
@@ -348,17 +348,18 @@ class MergeTable {
     k *= 0x94d049bb133111ebULL;
     return static_cast<size_t>(k ^ (k >> 31));
   }
-  Slot& probe(uint64_t key) {
+  // The slot holding `key`, or the empty one where it would go.
+  size_t slot_of(uint64_t key) const {
     const size_t mask = slots_.size() - 1;
     for (size_t i = mix(key) & mask;; i = (i + 1) & mask) {
-      if (slots_[i].key == key || slots_[i].key == kEmpty) return slots_[i];
+      if (slots_[i].key == key || slots_[i].key == kEmpty) return i;
     }
   }
   void rehash(size_t cap) {
     std::vector<Slot> old = std::move(slots_);
     slots_.assign(cap, Slot{kEmpty, {}});
     for (const Slot& s : old) {
-      if (s.key != kEmpty) probe(s.key) = s;
+      if (s.key != kEmpty) slots_[slot_of(s.key)] = s;
     }
   }
 
@@ -377,7 +378,7 @@ using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equa
 // ---- Tokenizer::Impl ------------------------------------------------------------------------
 
 struct Tokenizer::Impl {
-  std::string where;  // the tokenizer.json, for errors
+  std::string where;              // the tokenizer.json, for errors
   std::vector<TokenInfo> tokens;  // by id
   StringMap vocab;                // model vocabulary, as spelled in tokenizer.json
   StringMap vocab_by_bytes;       // model vocabulary by decoded bytes (byte-level spellings only)
@@ -434,8 +435,8 @@ struct Tokenizer::Impl {
       if (hit->single_word) {
         const auto before = char_before(s, start);
         char32_t after = 0;
-        const bool word_after = stop < s.size() && utf8_char(s, stop, after) > 0 &&
-                                is_word_char(after);
+        const bool word_after =
+            stop < s.size() && utf8_char(s, stop, after) > 0 && is_word_char(after);
         if ((before && is_word_char(*before)) || word_after) continue;
       }
       if (hit->lstrip) {  // absorb the whitespace before it
@@ -489,9 +490,7 @@ struct Tokenizer::Impl {
     struct Cand {
       uint32_t rank;
       int32_t pos, left, right, merged;
-      bool operator>(const Cand& o) const {
-        return rank != o.rank ? rank > o.rank : pos > o.pos;
-      }
+      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
     thread_local std::vector<Sym> syms;  // reused across calls: no allocation per pre-token
     thread_local std::vector<Cand> heap;
@@ -524,6 +523,10 @@ struct Tokenizer::Impl {
       consider(c.pos);
     }
     for (int32_t k = 0; k >= 0; k = syms[k].next) out.push_back(syms[k].id);
+    if (n > 65536) {  // do not keep a huge pre-token's buffers for the thread's lifetime
+      syms = {};
+      heap = {};
+    }
   }
 
   // Splits text that holds no added token into pre-tokens (raw bytes).
@@ -549,11 +552,13 @@ struct Tokenizer::Impl {
     for (const std::string& p : pre_tokenize(text)) bpe(p, out);
   }
 
-  const TokenInfo& token(int32_t id) const {
-    if (id < 0 || id >= static_cast<int32_t>(tokens.size()) || !tokens[id].present) {
-      fail(where, "token id {} names no token (vocab size {})", id, tokens.size());
-    }
-    return tokens[id];
+  // The bytes of token `id`; "" for an id that names no token (a model's vocabulary is often
+  // padded past the tokenizer's, and `tokenizers` also decodes such ids to nothing).
+  const std::string& bytes_of(int32_t id) const {
+    static const std::string kNone;
+    if (id < 0) fail(where, "token id {} is negative", id);
+    if (id >= static_cast<int32_t>(tokens.size())) return kNone;
+    return tokens[id].bytes;
   }
 
   void set_token(int32_t id, std::string bytes, const std::string& at) {
@@ -672,8 +677,13 @@ void Tokenizer::Impl::parse_added_tokens(const Json& list, const std::string& at
     t.lstrip = json_optional<bool>(e, "lstrip", false, item_at);
     t.rstrip = json_optional<bool>(e, "rstrip", false, item_at);
     t.single_word = json_optional<bool>(e, "single_word", false, item_at);
-    // An added token may repeat a vocabulary entry (GPT-2's <|endoftext|>); it decodes to its
-    // content either way.
+    // An added token may repeat a vocabulary entry (GPT-2's <|endoftext|>), with the same id:
+    // `tokenizers` gives it the vocabulary's id whatever the file says, so a different one would
+    // be misread.
+    if (auto it = vocab.find(t.content); it != vocab.end() && it->second != t.id) {
+      fail(item_at, "added token '{}' has id {} but the vocabulary gives it id {}", t.content, t.id,
+           it->second);
+    }
     set_token(t.id, t.content, item_at);
     tokens[t.id].special = t.special;
     added_by_content[t.content] = t.id;
@@ -728,9 +738,8 @@ void Tokenizer::Impl::parse_pre_tokenizer(const Json& p, const std::string& at, 
     const auto pattern = json_required<Json>(p, "pattern", at);
     const std::string pattern_at = sub(at, "pattern");
     if (pattern.is_object() && pattern.contains("Regex")) {
-      step.regex =
-          std::make_shared<const Regex>(json_required<std::string>(pattern, "Regex", pattern_at),
-                                        pattern_at);
+      step.regex = std::make_shared<const Regex>(
+          json_required<std::string>(pattern, "Regex", pattern_at), pattern_at);
     } else if (pattern.is_object() && pattern.contains("String")) {
       const auto literal = json_required<std::string>(pattern, "String", pattern_at);
       step.regex = std::make_shared<const Regex>(escape_regex(literal), pattern_at);
@@ -754,7 +763,8 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& where) {
   if (!j.is_object()) fail(where, "tokenizer.json must be a JSON object");
   if (!j.contains("model")) fail(where, "missing field 'model'");
   m.parse_model(j.at("model"), sub(where, "model"));
-  if (j.contains("added_tokens")) m.parse_added_tokens(j.at("added_tokens"), sub(where, "added_tokens"));
+  if (j.contains("added_tokens"))
+    m.parse_added_tokens(j.at("added_tokens"), sub(where, "added_tokens"));
   if (j.contains("normalizer")) m.parse_normalizer(j.at("normalizer"), sub(where, "normalizer"));
 
   bool byte_level = false;
@@ -762,7 +772,8 @@ Tokenizer Tokenizer::from_json(const Json& j, const std::string& where) {
     m.parse_pre_tokenizer(j.at("pre_tokenizer"), sub(where, "pre_tokenizer"), byte_level);
   }
   if (!byte_level) {
-    fail(sub(where, "pre_tokenizer"), "no ByteLevel pre-tokenizer: only byte-level BPE is supported");
+    fail(sub(where, "pre_tokenizer"),
+         "no ByteLevel pre-tokenizer: only byte-level BPE is supported");
   }
   if (!j.contains("decoder") || j.at("decoder").is_null()) {
     fail(where, "missing field 'decoder' (a ByteLevel decoder is required)");
@@ -896,14 +907,13 @@ std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
   for (int32_t id : ids) {
-    const TokenInfo& t = impl_->token(id);
-    if (skip_special && t.special) continue;
-    out += t.bytes;
+    if (skip_special && is_special(id)) continue;
+    out += impl_->bytes_of(id);
   }
   return out;
 }
 
-std::string Tokenizer::token_bytes(int32_t id) const { return impl_->token(id).bytes; }
+std::string Tokenizer::token_bytes(int32_t id) const { return impl_->bytes_of(id); }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->tokens.size()); }
 
@@ -925,9 +935,9 @@ const std::string& Tokenizer::chat_template() const { return impl_->chat_templat
 
 namespace {
 
-const char* const kSpecialTokens[] = {
-    "<|endoftext|>",     "<|im_start|>",    "<|im_end|>", "<|begin_of_text|>", "<|end_of_text|>",
-    "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+const char* const kSpecialTokens[] = {"<|endoftext|>",     "<|im_start|>",    "<|im_end|>",
+                                      "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                      "<|end_header_id|>", "<|eot_id|>"};
 
 constexpr const char* kChatmlTemplate =
     "{%- for message in messages %}"
@@ -960,7 +970,8 @@ void write_byte_level_tokenizer(const std::filesystem::path& dir, const std::str
          chat_format);
   }
   Json vocab = Json::object();
-  for (int b = 0; b < 256; ++b) vocab[bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
+  for (int b = 0; b < 256; ++b)
+    vocab[bytes_to_byte_level(std::string(1, static_cast<char>(b)))] = b;
   Json added = Json::array();
   int32_t id = 256;
   for (const char* content : kSpecialTokens) {

@@ -1,16 +1,17 @@
-// Tokenizer: a Hugging Face `tokenizer.json` byte-level BPE tokenizer (GPT-2, Llama-3, Qwen2/2.5/3),
-// plus the special tokens, EOS/BOS ids and chat template from tokenizer_config.json and
-// generation_config.json.
+// Tokenizer: a Hugging Face `tokenizer.json` byte-level BPE tokenizer (GPT-2, Llama-3,
+// Qwen2/2.5/3), plus the special tokens, EOS/BOS ids and chat template from tokenizer_config.json
+// and generation_config.json.
 //
 // Encoding follows the `tokenizers` library's pipeline:
 //   1. added tokens (special tokens such as <|im_end|>) are cut out of the text, leftmost-longest
 //      first; special ones only when `allow_special`;
 //   2. each remaining piece is normalized (none, NFC/NFD/NFKC/NFKD via ICU, or a Sequence);
-//   3. pre-tokenized: `Split` (PCRE2 regex, behavior Isolated) and `ByteLevel` (optional prefix space,
+//   3. pre-tokenized: `Split` (PCRE2 regex, behavior Isolated) and `ByteLevel` (optional prefix
+//   space,
 //      optional GPT-2 regex), alone or in a `Sequence`;
 //   4. each pre-token's bytes are merged by BPE rank (lowest first; `ignore_merges` honoured).
-// Arbitrary bytes, invalid UTF-8 included, encode; decode(encode(s)) == s whenever the tokenizer has
-// no normalizer, no prefix space and no added token that strips whitespace.
+// Arbitrary bytes, invalid UTF-8 included, encode; decode(encode(s)) == s whenever the tokenizer
+// has no normalizer, no prefix space and no added token that strips whitespace.
 //
 // Supported: model.type BPE over the GPT-2 byte-to-unicode alphabet. Everything else (WordPiece,
 // Unigram, byte fallback, BPE dropout, Metaspace, other decoders, other Split behaviors, unknown
@@ -51,18 +52,21 @@ class Tokenizer {
   // included), with no added-token matching. For tests and debugging.
   std::vector<std::string> pre_tokenize(std::string_view text) const;
   // The bytes the ids stand for, concatenated (possibly invalid UTF-8 when a multi-byte character
-  // is split across ids). Throws Error on an id that names no token.
+  // is split across ids). An id that names no token (e.g. in a model's padded vocabulary rows)
+  // stands for nothing, as in `tokenizers`; a negative id is an Error.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
-  // The raw bytes one token stands for (an added token's content as written). Throws on a bad id.
+  // The raw bytes one token stands for (an added token's content as written); "" for an id that
+  // names no token; a negative id is an Error.
   std::string token_bytes(int32_t id) const;
 
   int32_t vocab_size() const;  // largest id + 1 (added tokens included)
   // The id of a token as spelled in tokenizer.json (byte-level form, e.g. "Ġthe", or an added
   // token's content such as "<|im_end|>").
   std::optional<int32_t> token_to_id(std::string_view token) const;
-  bool is_special(int32_t id) const;  // an added token marked special
+  bool is_special(int32_t id) const;      // an added token marked special
   std::optional<int32_t> bos_id() const;  // tokenizer_config bos_token, if any
-  // tokenizer_config eos_token first, then generation_config eos_token_id (int or list), no repeats.
+  // tokenizer_config eos_token first, then generation_config eos_token_id (int or list), no
+  // repeats.
   std::vector<int32_t> eos_ids() const;
   const std::string& chat_template() const;  // "" if none
 
@@ -72,8 +76,8 @@ class Tokenizer {
   std::shared_ptr<Impl> impl_;
 };
 
-// Writes DIR/tokenizer.json + DIR/tokenizer_config.json for a fresh model: a byte-level BPE with the
-// 256 byte tokens (id = byte value, spelled in GPT-2 byte-to-unicode form), no merges, then the
+// Writes DIR/tokenizer.json + DIR/tokenizer_config.json for a fresh model: a byte-level BPE with
+// the 256 byte tokens (id = byte value, spelled in GPT-2 byte-to-unicode form), no merges, then the
 // special tokens <|endoftext|> <|im_start|> <|im_end|> <|begin_of_text|> <|end_of_text|>
 // <|start_header_id|> <|end_header_id|> <|eot_id|> (ids 256..263), with the Qwen2 Split regex and
 // no normalizer (so encode/decode round-trip exactly). The files load in HF `tokenizers` too.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/fused_ops.h"
 
 namespace trellis::model {
 
@@ -114,45 +115,25 @@ torch::Tensor Transformer::w(const torch::Tensor& master) {
 }
 
 torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) {
-  // As in Hugging Face: normalise in fp32, cast back, then scale by the weight.
-  auto xf = x.to(torch::kFloat32);
-  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + config_.rms_norm_eps);
-  return w(weight) * normed.to(x.scalar_type());
-}
-
-torch::Tensor Transformer::rope(const torch::Tensor& x, const torch::Tensor& cos,
-                                const torch::Tensor& sin) {
-  // x: [..., t, heads, hd]; cos/sin: [..., t, hd/2] broadcast over heads.
-  const int64_t half = config_.head_dim / 2;
-  auto c = cos.unsqueeze(-2).to(x.scalar_type());
-  auto s = sin.unsqueeze(-2).to(x.scalar_type());
-  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+  return fused::rms_norm(x, weight, config_.rms_norm_eps);
 }
 
 torch::Tensor Transformer::attend(const torch::Tensor& q, const torch::Tensor& k,
                                   const torch::Tensor& v, int64_t q_offset) {
-  const int64_t n = q.size(0), t = q.size(1), s = k.size(2);
+  const int64_t n = q.size(0), t = q.size(1);
   const int64_t kvh = config_.num_key_value_heads, hd = config_.head_dim;
   const int64_t group = config_.num_attention_heads / kvh;
   // Query heads h*group .. h*group+group-1 share kv head h: fold the group into the query rows
   // so one batched matmul per kv head serves them without repeating k and v.
   auto qg = q.view({n, t, kvh, group, hd}).permute({0, 2, 3, 1, 4}).reshape({n, kvh, group * t, hd});
-  auto scores = torch::matmul(qg, k.transpose(-1, -2)).to(torch::kFloat32);
-  scores.mul_(1.0 / std::sqrt(static_cast<double>(hd)));
-  auto qpos = torch::arange(q_offset, q_offset + t, torch::TensorOptions().device(q.device()));
-  auto kpos = torch::arange(s, torch::TensorOptions().device(q.device()));
-  auto future = kpos.unsqueeze(0) > qpos.unsqueeze(1);  // [t, s]
-  scores = scores.view({n, kvh, group, t, s}).masked_fill(future, -INFINITY);
-  auto probs = torch::softmax(scores, -1).to(q.scalar_type()).view({n, kvh, group * t, s});
-  auto out = torch::matmul(probs, v);  // [n, kvh, group*t, hd]
+  auto out = fused::causal_attention(qg, k, v, t, q_offset);  // [n, kvh, group*t, hd]
   return out.view({n, kvh, group, t, hd}).permute({0, 3, 1, 2, 4}).reshape({n, t, kvh * group * hd});
 }
 
 torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) {
   auto gate = F::linear(x, w(l.gate_w));
   auto up = F::linear(x, w(l.up_w));
-  return F::linear(torch::silu(gate) * up, w(l.down_w));
+  return F::linear(fused::swiglu(gate, up), w(l.down_w));
 }
 
 ForwardOutput Transformer::finish(const torch::Tensor& x, ForwardOptions options) {
@@ -195,8 +176,8 @@ ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
       q = rms_norm(q, l.q_norm);
       k = rms_norm(k, l.k_norm);
     }
-    q = rope(q, cos, sin);
-    k = rope(k, cos, sin);
+    q = fused::rope(q, cos, sin);
+    k = fused::rope(k, cos, sin);
     std::vector<torch::Tensor> outs;
     int64_t start = 0;
     for (int64_t len : seq_lens) {
@@ -247,8 +228,8 @@ ForwardOutput Transformer::forward_step(const torch::Tensor& tokens, KVCache& ca
       q = rms_norm(q, l.q_norm);
       k = rms_norm(k, l.k_norm);
     }
-    q = rope(q, cos, sin);
-    k = rope(k, cos, sin);
+    q = fused::rope(q, cos, sin);
+    k = fused::rope(k, cos, sin);
     cache.k_[i].narrow(2, P, t).copy_(k.permute({0, 2, 1, 3}));
     cache.v_[i].narrow(2, P, t).copy_(v.permute({0, 2, 1, 3}));
     auto ks = cache.k_[i].narrow(2, 0, P + t), vs = cache.v_[i].narrow(2, 0, P + t);

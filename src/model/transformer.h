@@ -95,7 +95,6 @@ class Transformer {
   // (and refreshed when the master changes) under NoGradGuard, so generation pays no cast.
   torch::Tensor w(const torch::Tensor& master);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight);
-  torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
   // q: [n, t, heads, hd]; k, v: [n, kv_heads, s, hd]. Query i sits at position q_offset + i
   // and sees keys 0 .. q_offset + i. Returns [n, t, heads * hd].
   torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -124,8 +124,8 @@ Json make_json(const Spec& spec) {
 Tokenizer make(const Spec& spec) { return Tokenizer::from_json(make_json(spec), "test.json"); }
 
 Json added(int id, const std::string& content, bool special = true) {
-  return {{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},   {"normalized", false}, {"special", special}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
 Ids bytes_of(std::string_view s) {
@@ -149,28 +149,12 @@ std::string error_of(F f) {
 Tokenizer merged_tokenizer(Json pre_tokenizer) {
   Spec spec;
   spec.pre_tokenizer = std::move(pre_tokenizer);
-  spec.merges = {{"t", "h"},
-                 {"th", "e"},
-                 {"h", "e"},
-                 {" ", "the"},
-                 {"i", "n"},
-                 {"in", "g"},
-                 {" ", " "},
-                 {"  ", "  "},
-                 {"\n", "\n"},
-                 {"e", "r"},
-                 {" ", "a"},
-                 {"\xc3", "\xa9"},
-                 {"\xcc", "\x81"},
-                 {"e", "\xcc\x81"},
-                 {"\xf0", "\x9f"},
-                 {"\xf0\x9f", "\x98"},
-                 {"\xe4", "\xb8"},
-                 {"\xe4\xb8", "\xad"},
-                 {"\xff", "\xfe"},
-                 {"\xff\xfe", "\x80"},
-                 {"1", "2"},
-                 {"12", "3"}};
+  spec.merges = {{"t", "h"},       {"th", "e"},          {"h", "e"},       {" ", "the"},
+                 {"i", "n"},       {"in", "g"},          {" ", " "},       {"  ", "  "},
+                 {"\n", "\n"},     {"e", "r"},           {" ", "a"},       {"\xc3", "\xa9"},
+                 {"\xcc", "\x81"}, {"e", "\xcc\x81"},    {"\xf0", "\x9f"}, {"\xf0\x9f", "\x98"},
+                 {"\xe4", "\xb8"}, {"\xe4\xb8", "\xad"}, {"\xff", "\xfe"}, {"\xff\xfe", "\x80"},
+                 {"1", "2"},       {"12", "3"}};
   return make(spec);
 }
 
@@ -190,7 +174,8 @@ const std::vector<std::string>& tricky_strings() {
       "Привет мир مرحبا بالعالم שלום नमस्ते ΕΛΛΗΝΙΚΆ ไทย",
       "  \t\n\n   \r\n x  \n\t\t y   \n",
       "\xff\xfe\x80",
-      "abc\x80" "def\xc3",
+      "abc\x80"
+      "def\xc3",
       "\xe4\xb8",
       "\xed\xa0\x80 \xc0\xaf \xf4\x90\x80\x80 \xf8\x88\x80\x80\x80",
       std::string("a\0b\0\0c", 6),
@@ -219,8 +204,8 @@ std::string utf8(char32_t c) {
 
 // Random strings mixing ASCII, whitespace, raw bytes and valid multi-byte characters.
 std::string random_string(std::mt19937& rng) {
-  static const char32_t ranges[][2] = {{0x80, 0x7FF},     {0x300, 0x36F},   {0x4E00, 0x9FFF},
-                                       {0xAC00, 0xD7A3},  {0x1F300, 0x1FAFF}, {0x200D, 0x200D},
+  static const char32_t ranges[][2] = {{0x80, 0x7FF},    {0x300, 0x36F},     {0x4E00, 0x9FFF},
+                                       {0xAC00, 0xD7A3}, {0x1F300, 0x1FAFF}, {0x200D, 0x200D},
                                        {0xFE0F, 0xFE0F}, {0x10000, 0x10FFFF}};
   std::uniform_int_distribution<int> len_dist(0, 60), kind(0, 9), byte(0, 255);
   std::string s;
@@ -336,8 +321,8 @@ TEST(Tokenizer, MergeChainsFollowRanks) {
 
 TEST(Tokenizer, IgnoreMergesEmitsWholeVocabPieces) {
   Spec spec;
-  spec.merges = {{"a", "b"}};          // "ab" 256
-  spec.extra_vocab = {"abc"};          // 257, unreachable by merges
+  spec.merges = {{"a", "b"}};  // "ab" 256
+  spec.extra_vocab = {"abc"};  // 257, unreachable by merges
   EXPECT_EQ(make(spec).encode("abc"), (Ids{256, 'c'}));
   spec.ignore_merges = true;
   EXPECT_EQ(make(spec).encode("abc"), (Ids{257}));
@@ -452,16 +437,18 @@ TEST(Tokenizer, AddedTokenAlsoInVocab) {  // as GPT-2's <|endoftext|>
 
 TEST(Tokenizer, NfcNormalizer) {
   Spec spec;
-  spec.merges = {{"\xc3", "\xa9"}};  // "é" 256
+  spec.merges = {{"\xc3", "\xa9"}};                              // "é" 256
   EXPECT_EQ(make(spec).encode("e\u0301"), bytes_of("e\u0301"));  // without NFC: no change
-  for (const Json& n : {Json{{"type", "NFC"}},
-                        Json{{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}}}) {
+  for (const Json& n :
+       {Json{{"type", "NFC"}}, Json{{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}}}) {
     spec.normalizer = n;
     const Tokenizer tok = make(spec);
     EXPECT_EQ(tok.encode("e\u0301"), tok.encode("\u00e9"));
     EXPECT_EQ(tok.encode("e\u0301"), (Ids{256}));
     // Invalid bytes pass through normalization untouched.
-    EXPECT_EQ(tok.decode(tok.encode("\xff" "e\u0301\xfe")), "\xff\u00e9\xfe");
+    EXPECT_EQ(tok.decode(tok.encode("\xff"
+                                    "e\u0301\xfe")),
+              "\xff\u00e9\xfe");
   }
   spec.normalizer = {{"type", "NFKC"}};
   EXPECT_EQ(make(spec).decode(make(spec).encode("\ufb01x")), "fix");
@@ -537,22 +524,26 @@ TEST(Tokenizer, RejectsUnsupportedComponents) {
     std::string expect;
   };
   const std::vector<Case> cases = {
-      {[](Json& j) { j["normalizer"] = {{"type", "Lowercase"}}; },
+      {[](Json& j) {
+         j["normalizer"] = {{"type", "Lowercase"}};
+       },
        "unsupported normalizer type 'Lowercase'"},
-      {[](Json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}}; },
+      {[](Json& j) {
+         j["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
        "unsupported pre_tokenizer type 'Metaspace'"},
       {[](Json& j) {
-         j["pre_tokenizer"] = sequence(
-             {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Removed"}},
-             byte_level());
+         j["pre_tokenizer"] =
+             sequence({{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Removed"}},
+                      byte_level());
        },
        "Split behavior 'Removed'"},
       {[](Json& j) { j["pre_tokenizer"] = split("a"); }, "no ByteLevel pre-tokenizer"},
-      {[](Json& j) { j["pre_tokenizer"] = sequence(split("(a"), byte_level()); },
-       "invalid regex"},
-      {[](Json& j) { j["pre_tokenizer"] = sequence(byte_level(), split("a")); },
-       "after ByteLevel"},
-      {[](Json& j) { j["decoder"] = {{"type", "WordPiece"}}; },
+      {[](Json& j) { j["pre_tokenizer"] = sequence(split("(a"), byte_level()); }, "invalid regex"},
+      {[](Json& j) { j["pre_tokenizer"] = sequence(byte_level(), split("a")); }, "after ByteLevel"},
+      {[](Json& j) {
+         j["decoder"] = {{"type", "WordPiece"}};
+       },
        "unsupported decoder type 'WordPiece'"},
       {[](Json& j) { j.erase("decoder"); }, "missing field 'decoder'"},
       {[](Json& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback"},
@@ -560,6 +551,8 @@ TEST(Tokenizer, RejectsUnsupportedComponents) {
       {[](Json& j) { j["model"]["vocab"]["dup"] = 5; }, "token id 5 is used twice"},
       {[](Json& j) { j["model"]["vocab"]["neg"] = -1; }, "out of range"},
       {[](Json& j) { j["model"]["vocab"] = Json::array(); }, "field 'vocab' must be an object"},
+      {[](Json& j) { j["added_tokens"] = {added(300, "a")}; },
+       "added token 'a' has id 300 but the vocabulary gives it id 97"},
   };
   for (const Case& c : cases) {
     Json j = make_json({});
@@ -570,9 +563,13 @@ TEST(Tokenizer, RejectsUnsupportedComponents) {
   }
 }
 
-TEST(Tokenizer, RejectsBadIds) {
+TEST(Tokenizer, IdsWithoutTokens) {
+  // Ids past the tokenizer (a model's padded vocabulary rows) decode to nothing; negative ids are
+  // errors.
   const Tokenizer tok = make({});
-  EXPECT_NE(error_of([&] { tok.decode(Ids{1, 256}); }).find("token id 256"), std::string::npos);
+  EXPECT_EQ(tok.decode(Ids{'a', 256, 1000, 'b'}), "ab");
+  EXPECT_EQ(tok.token_bytes(300), "");
+  EXPECT_NE(error_of([&] { tok.decode(Ids{1, -5}); }).find("token id -5"), std::string::npos);
   EXPECT_NE(error_of([&] { tok.token_bytes(-1); }).find("token id -1"), std::string::npos);
   EXPECT_FALSE(tok.is_special(-1));
   EXPECT_FALSE(tok.is_special(1000));

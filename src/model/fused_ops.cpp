@@ -1,0 +1,336 @@
+#include "model/fused_ops.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace trellis::model::fused {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using BF16 = c10::BFloat16;
+
+inline float to_f(float v) { return v; }
+inline float to_f(BF16 v) { return static_cast<float>(v); }
+template <typename T>
+inline T from_f(float v) {
+  return static_cast<T>(v);
+}
+
+// Runs fn(T*) for the dtype of t: float or bf16 (the two compute dtypes).
+template <typename Fn>
+void dispatch(const torch::Tensor& t, Fn&& fn) {
+  if (t.scalar_type() == torch::kFloat32) {
+    fn(float{});
+  } else if (t.scalar_type() == torch::kBFloat16) {
+    fn(BF16{});
+  } else {
+    TORCH_CHECK(false, "fused ops support float32 and bfloat16, got ", t.scalar_type());
+  }
+}
+
+// Rows [0, rows) split into chunks for threads that each need a private accumulator.
+int64_t num_chunks(int64_t rows) {
+  return std::max<int64_t>(1, std::min<int64_t>(rows, 4 * at::get_num_threads()));
+}
+
+// ---------------------------------------------------------------- RMSNorm
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in,
+                               const torch::Tensor& weight, double eps) {
+    auto x = x_in.contiguous();
+    const int64_t d = x.size(-1), rows = x.numel() / d;
+    auto w = weight.to(x.scalar_type()).contiguous();  // HF multiplies in the input dtype
+    auto y = torch::empty_like(x);
+    auto rstd = torch::empty({rows}, x.options().dtype(torch::kFloat32));
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = x.data_ptr<T>();
+      const T* wp = w.data_ptr<T>();
+      T* yp = y.data_ptr<T>();
+      float* rp = rstd.data_ptr<float>();
+      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const T* xr = xp + r * d;
+          float ss = 0;
+          for (int64_t j = 0; j < d; ++j) ss += to_f(xr[j]) * to_f(xr[j]);
+          const float s = 1.0f / std::sqrt(ss / d + static_cast<float>(eps));
+          rp[r] = s;
+          T* yr = yp + r * d;
+          for (int64_t j = 0; j < d; ++j) {
+            yr[j] = from_f<T>(to_f(wp[j]) * to_f(from_f<T>(to_f(xr[j]) * s)));
+          }
+        }
+      });
+    });
+    ctx->save_for_backward({x, w, rstd});
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto x = saved[0], w = saved[1], rstd = saved[2];
+    auto gy = grads[0].contiguous();
+    const int64_t d = x.size(-1), rows = x.numel() / d, chunks = num_chunks(rows);
+    auto gx = torch::empty_like(x);
+    std::vector<float> partial(static_cast<size_t>(chunks * d), 0.0f);
+    dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      const T* xp = x.data_ptr<T>();
+      const T* wp = w.data_ptr<T>();
+      const T* gp = gy.data_ptr<T>();
+      const float* rp = rstd.data_ptr<float>();
+      T* gxp = gx.data_ptr<T>();
+      at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+        std::vector<float> g(d);
+        for (int64_t c = cb; c < ce; ++c) {
+          float* gw = partial.data() + c * d;
+          for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
+            const T* xr = xp + r * d;
+            const T* gr = gp + r * d;
+            const float s = rp[r];
+            float dot = 0;
+            for (int64_t j = 0; j < d; ++j) {
+              const float n = to_f(xr[j]) * s, gyj = to_f(gr[j]);
+              gw[j] += gyj * n;
+              g[j] = gyj * to_f(wp[j]);
+              dot += g[j] * n;
+            }
+            dot /= d;
+            T* out = gxp + r * d;
+            for (int64_t j = 0; j < d; ++j) out[j] = from_f<T>(s * (g[j] - to_f(xr[j]) * s * dot));
+          }
+        }
+      });
+    });
+    auto gw = torch::zeros({d}, torch::kFloat32);
+    float* gwp = gw.data_ptr<float>();
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t j = 0; j < d; ++j) gwp[j] += partial[c * d + j];
+    auto wdtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    return {gx, gw.to(wdtype), torch::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------- SwiGLU
+struct SwigluFn : torch::autograd::Function<SwigluFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_in,
+                               const torch::Tensor& up_in) {
+    auto gate = gate_in.contiguous(), up = up_in.contiguous();
+    auto y = torch::empty_like(gate);
+    const int64_t n = gate.numel();
+    dispatch(gate, [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = gate.data_ptr<T>();
+      const T* u = up.data_ptr<T>();
+      T* o = y.data_ptr<T>();
+      at::parallel_for(0, n, 8192, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float gv = to_f(g[i]);
+          o[i] = from_f<T>(gv / (1.0f + std::exp(-gv)) * to_f(u[i]));
+        }
+      });
+    });
+    ctx->save_for_backward({gate, up});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto gate = saved[0], up = saved[1];
+    auto gy = grads[0].contiguous();
+    auto dgate = torch::empty_like(gate), dup = torch::empty_like(up);
+    const int64_t n = gate.numel();
+    dispatch(gate, [&](auto tag) {
+      using T = decltype(tag);
+      const T* g = gate.data_ptr<T>();
+      const T* u = up.data_ptr<T>();
+      const T* gyp = gy.data_ptr<T>();
+      T* dg = dgate.data_ptr<T>();
+      T* du = dup.data_ptr<T>();
+      at::parallel_for(0, n, 8192, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const float gv = to_f(g[i]), uv = to_f(u[i]), gyv = to_f(gyp[i]);
+          const float s = 1.0f / (1.0f + std::exp(-gv));
+          dg[i] = from_f<T>(gyv * uv * s * (1.0f + gv * (1.0f - s)));
+          du[i] = from_f<T>(gyv * gv * s);
+        }
+      });
+    });
+    return {dgate, dup};
+  }
+};
+
+// ---------------------------------------------------------------- RoPE
+// out = rotate(x) with sign +1 (forward) or -1 (backward: the transpose of a rotation).
+torch::Tensor rotate(const torch::Tensor& x_in, const torch::Tensor& cos, const torch::Tensor& sin,
+                     float sign) {
+  auto x = x_in.contiguous();
+  auto c = cos.contiguous(), s = sin.contiguous();
+  const int64_t hd = x.size(-1), half = hd / 2, heads = x.size(-2), t = x.size(-3);
+  const int64_t rows = x.numel() / hd;
+  auto out = torch::empty_like(x);
+  dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data_ptr<T>();
+    const float* cp = c.data_ptr<float>();
+    const float* sp = s.data_ptr<float>();
+    T* op = out.data_ptr<T>();
+    at::parallel_for(0, rows, 64, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t tok = (r / heads) % t;
+        const float* cr = cp + tok * half;
+        const float* sr = sp + tok * half;
+        const T* xr = xp + r * hd;
+        T* orow = op + r * hd;
+        for (int64_t j = 0; j < half; ++j) {
+          // cos/sin are rounded to the compute dtype as in HF's rotary embedding.
+          const float cj = to_f(from_f<T>(cr[j])), sj = sign * to_f(from_f<T>(sr[j]));
+          const float x1 = to_f(xr[j]), x2 = to_f(xr[j + half]);
+          orow[j] = from_f<T>(x1 * cj - x2 * sj);
+          orow[j + half] = from_f<T>(x2 * cj + x1 * sj);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+struct RopeFn : torch::autograd::Function<RopeFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& cos, const torch::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return rotate(x, cos, sin, 1.0f);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    return {rotate(grads[0], saved[0], saved[1], -1.0f), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ---------------------------------------------------------------- attention
+// Rows of scores [n, kvh, rows_per_head, s]: row r is query r % t at position q_offset + r % t.
+struct AttentionFn : torch::autograd::Function<AttentionFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v, int64_t t,
+                               int64_t q_offset) {
+    const int64_t hd = q.size(-1), R = q.size(-2), s = k.size(-2);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    auto probs = torch::matmul(q, k.transpose(-1, -2)).contiguous();  // scores, then in place
+    const int64_t rows = probs.numel() / s;
+    dispatch(probs, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = probs.data_ptr<T>();
+      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row) {
+          T* pr = p + row * s;
+          const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, to_f(pr[j]) * scale);
+          float sum = 0;
+          for (int64_t j = 0; j < valid; ++j) sum += std::exp(to_f(pr[j]) * scale - mx);
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j < valid; ++j) pr[j] = from_f<T>(std::exp(to_f(pr[j]) * scale - mx) * inv);
+          for (int64_t j = valid; j < s; ++j) pr[j] = from_f<T>(0.0f);
+        }
+      });
+    });
+    ctx->save_for_backward({q, k, v, probs});
+    return torch::matmul(probs, v);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    auto q = saved[0], k = saved[1], v = saved[2], probs = saved[3];
+    auto dout = grads[0];
+    const int64_t hd = q.size(-1), s = k.size(-2);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    auto dv = torch::matmul(probs.transpose(-1, -2), dout);
+    auto ds = torch::matmul(dout, v.transpose(-1, -2)).contiguous();  // dP, then dS in place
+    const int64_t rows = ds.numel() / s;
+    dispatch(ds, [&](auto tag) {
+      using T = decltype(tag);
+      T* dp = ds.data_ptr<T>();
+      const T* pp = probs.data_ptr<T>();
+      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        for (int64_t row = b; row < e; ++row) {
+          T* dr = dp + row * s;
+          const T* pr = pp + row * s;
+          float dot = 0;
+          for (int64_t j = 0; j < s; ++j) dot += to_f(pr[j]) * to_f(dr[j]);
+          for (int64_t j = 0; j < s; ++j) {
+            dr[j] = from_f<T>(to_f(pr[j]) * (to_f(dr[j]) - dot) * scale);
+          }
+        }
+      });
+    });
+    auto dq = torch::matmul(ds, k);
+    auto dk = torch::matmul(ds.transpose(-1, -2), q);
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+bool use_kernels(const torch::Tensor& t) { return t.device().is_cpu(); }
+
+}  // namespace
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  if (!use_kernels(x)) return composed::rms_norm(x, weight, eps);
+  return RmsNormFn::apply(x, weight, eps);
+}
+
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  if (!use_kernels(gate)) return composed::swiglu(gate, up);
+  return SwigluFn::apply(gate, up);
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  if (!use_kernels(x)) return composed::rope(x, cos, sin);
+  return RopeFn::apply(x, cos, sin);
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t t, int64_t q_offset) {
+  if (!use_kernels(q)) return composed::causal_attention(q, k, v, t, q_offset);
+  return AttentionFn::apply(q, k, v, t, q_offset);
+}
+
+namespace composed {
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto xf = x.to(torch::kFloat32);
+  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, true) + eps);
+  return weight.to(x.scalar_type()) * normed.to(x.scalar_type());
+}
+
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
+  return torch::silu(gate) * up;
+}
+
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  auto c = cos.unsqueeze(-2).to(x.scalar_type());
+  auto s = sin.unsqueeze(-2).to(x.scalar_type());
+  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+}
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t t, int64_t q_offset) {
+  const int64_t R = q.size(-2), s = k.size(-2);
+  auto scores = torch::matmul(q, k.transpose(-1, -2)).to(torch::kFloat32) /
+                std::sqrt(static_cast<double>(q.size(-1)));
+  auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kInt64);
+  auto qpos = torch::arange(R, opts).remainder(t) + q_offset;
+  auto future = torch::arange(s, opts).unsqueeze(0) > qpos.unsqueeze(1);  // [R, s]
+  auto probs = torch::softmax(scores.masked_fill(future, -INFINITY), -1);
+  return torch::matmul(probs.to(q.scalar_type()), v);
+}
+
+}  // namespace composed
+}  // namespace trellis::model::fused

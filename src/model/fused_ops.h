@@ -1,0 +1,43 @@
+// Fused transformer ops with hand-written backward passes.
+//
+// Composed from ATen primitives, RMSNorm, SwiGLU, RoPE and masked softmax attention each cost a
+// dozen full passes over memory (dtype casts, slices and their zero-filled backward copies, masks),
+// which on a CPU costs more time than the matmuls. Each op here is one autograd node whose CPU
+// kernels make one or two passes, computing in fp32 and storing in the compute dtype. On other
+// devices they fall back to the same math in ATen ops. Numerics follow Hugging Face: RMSNorm
+// normalises in fp32 and rounds to the input dtype before scaling; softmax runs in fp32.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace trellis::model::fused {
+
+// x: [..., d] (compute dtype); weight: [d] fp32 master. Returns x's dtype.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+// silu(gate) * up, elementwise; same shapes and dtype.
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+
+// x: [..., t, heads, head_dim]; cos, sin: [t, head_dim / 2] fp32. Rotates the two halves of each
+// head (Hugging Face's rotate_half convention) by the angle of the token's position.
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// Causal attention with grouped query heads folded into rows.
+// q: [n, kv_heads, group * t, hd] (row r is query r % t of its group); k, v: [n, kv_heads, s, hd].
+// Query i sits at position q_offset + i and sees keys 0 .. q_offset + i. Returns q's shape.
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t t, int64_t q_offset);
+
+}  // namespace trellis::model::fused
+
+// The same ops composed from ATen primitives (autograd does the backward). Used on non-CPU
+// devices, and by the tests as the second code path the fused kernels must agree with.
+namespace trellis::model::fused::composed {
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t t, int64_t q_offset);
+}  // namespace trellis::model::fused::composed
