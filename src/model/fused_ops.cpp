@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <cstring>
+#include <type_traits>
 #include <vector>
+
+#include "model/vec_math.h"
 
 namespace trellis::model::fused {
 namespace {
@@ -19,6 +22,26 @@ inline float to_f(BF16 v) { return static_cast<float>(v); }
 template <typename T>
 inline T from_f(float v) {
   return static_cast<T>(v);
+}
+
+// A row of T as floats: the row itself for float, else converted into buf.
+template <typename T>
+const float* load(const T* src, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    vec::bf16_to_float(reinterpret_cast<const uint16_t*>(src), buf, n);
+    return buf;
+  }
+}
+
+template <typename T>
+void store(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (src != dst) std::memcpy(dst, src, n * sizeof(float));
+  } else {
+    vec::float_to_bf16(src, reinterpret_cast<uint16_t*>(dst), n);
+  }
 }
 
 // Runs fn(T*) for the dtype of t: float or bf16 (the two compute dtypes).
@@ -118,6 +141,8 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
 };
 
 // ---------------------------------------------------------------- SwiGLU
+constexpr int64_t kBlock = 2048;  // elements per inner block: fits L1 with its float buffers
+
 struct SwigluFn : torch::autograd::Function<SwigluFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_in,
                                const torch::Tensor& up_in) {
@@ -129,10 +154,13 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
       const T* g = gate.data_ptr<T>();
       const T* u = up.data_ptr<T>();
       T* o = y.data_ptr<T>();
-      at::parallel_for(0, n, 8192, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const float gv = to_f(g[i]);
-          o[i] = from_f<T>(gv / (1.0f + std::exp(-gv)) * to_f(u[i]));
+      at::parallel_for(0, n, kBlock, [&](int64_t b, int64_t e) {
+        std::vector<float> buf(3 * kBlock);
+        for (int64_t i = b; i < e; i += kBlock) {
+          const int64_t m = std::min(kBlock, e - i);
+          float* y = buf.data() + 2 * kBlock;
+          vec::silu_mul(load(g + i, buf.data(), m), load(u + i, buf.data() + kBlock, m), y, m);
+          store(y, o + i, m);
         }
       });
     });
@@ -153,12 +181,16 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
       const T* gyp = gy.data_ptr<T>();
       T* dg = dgate.data_ptr<T>();
       T* du = dup.data_ptr<T>();
-      at::parallel_for(0, n, 8192, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          const float gv = to_f(g[i]), uv = to_f(u[i]), gyv = to_f(gyp[i]);
-          const float s = 1.0f / (1.0f + std::exp(-gv));
-          dg[i] = from_f<T>(gyv * uv * s * (1.0f + gv * (1.0f - s)));
-          du[i] = from_f<T>(gyv * gv * s);
+      at::parallel_for(0, n, kBlock, [&](int64_t b, int64_t e) {
+        std::vector<float> buf(5 * kBlock);
+        float *bg = buf.data(), *bu = bg + kBlock, *bd = bu + kBlock, *og = bd + kBlock,
+              *ou = og + kBlock;
+        for (int64_t i = b; i < e; i += kBlock) {
+          const int64_t m = std::min(kBlock, e - i);
+          vec::silu_mul_backward(load(g + i, bg, m), load(u + i, bu, m), load(gyp + i, bd, m), og,
+                                 ou, m);
+          store(og, dg + i, m);
+          store(ou, du + i, m);
         }
       });
     });
@@ -227,20 +259,23 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
       using T = decltype(tag);
       T* p = probs.data_ptr<T>();
       at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        std::vector<float> buf(s);
         for (int64_t row = b; row < e; ++row) {
           T* pr = p + row * s;
           const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
-          float mx = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, to_f(pr[j]) * scale);
-          float sum = 0;
-          for (int64_t j = 0; j < valid; ++j) sum += std::exp(to_f(pr[j]) * scale - mx);
-          const float inv = 1.0f / sum;
-          for (int64_t j = 0; j < valid; ++j) pr[j] = from_f<T>(std::exp(to_f(pr[j]) * scale - mx) * inv);
-          for (int64_t j = valid; j < s; ++j) pr[j] = from_f<T>(0.0f);
+          float* x = buf.data();
+          std::copy_n(load(pr, x, valid), valid, x);  // no-op copy for float rows
+          const float mx = vec::max_value(x, valid);
+          const float inv = 1.0f / vec::exp_scaled_sum(x, scale, mx * scale, valid);
+          for (int64_t j = 0; j < valid; ++j) x[j] *= inv;
+          store(x, pr, valid);
+          std::fill(pr + valid, pr + s, T(0.0f));
         }
       });
     });
     ctx->save_for_backward({q, k, v, probs});
+    ctx->saved_data["t"] = t;
+    ctx->saved_data["q_offset"] = q_offset;
     return torch::matmul(probs, v);
   }
 
@@ -248,7 +283,8 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
     auto saved = ctx->get_saved_variables();
     auto q = saved[0], k = saved[1], v = saved[2], probs = saved[3];
     auto dout = grads[0];
-    const int64_t hd = q.size(-1), s = k.size(-2);
+    const int64_t hd = q.size(-1), R = q.size(-2), s = k.size(-2);
+    const int64_t t = ctx->saved_data["t"].toInt(), q_offset = ctx->saved_data["q_offset"].toInt();
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
     auto dv = torch::matmul(probs.transpose(-1, -2), dout);
     auto ds = torch::matmul(dout, v.transpose(-1, -2)).contiguous();  // dP, then dS in place
@@ -258,14 +294,18 @@ struct AttentionFn : torch::autograd::Function<AttentionFn> {
       T* dp = ds.data_ptr<T>();
       const T* pp = probs.data_ptr<T>();
       at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+        std::vector<float> pbuf(s), dbuf(s);
         for (int64_t row = b; row < e; ++row) {
           T* dr = dp + row * s;
-          const T* pr = pp + row * s;
-          float dot = 0;
-          for (int64_t j = 0; j < s; ++j) dot += to_f(pr[j]) * to_f(dr[j]);
-          for (int64_t j = 0; j < s; ++j) {
-            dr[j] = from_f<T>(to_f(pr[j]) * (to_f(dr[j]) - dot) * scale);
-          }
+          // Probabilities past the causal limit are exactly 0, and so are their gradients.
+          const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
+          const float* pr = load(pp + row * s, pbuf.data(), valid);
+          float* d = dbuf.data();
+          std::copy_n(load(dr, d, valid), valid, d);
+          const float dot = vec::dot(pr, d, valid);
+          for (int64_t j = 0; j < valid; ++j) d[j] = pr[j] * (d[j] - dot) * scale;
+          store(d, dr, valid);
+          std::fill(dr + valid, dr + s, T(0.0f));
         }
       });
     });

@@ -1,0 +1,27 @@
+// Vector math on float rows for the fused CPU kernels: bf16 <-> fp32 conversion and the
+// exp-heavy inner loops (softmax, SiLU). Each function is compiled for AVX-512, AVX2 and baseline
+// x86-64 and picked at load time (GCC target_clones), so one binary runs everywhere and uses the
+// widest vectors the CPU has. exp is a polynomial approximation (relative error < 2e-7 on
+// [-87, 88], exactly 0 below), well inside bf16 and fp32 training tolerances.
+#pragma once
+
+#include <cstdint>
+
+namespace trellis::model::vec {
+
+// bf16 bit patterns <-> fp32. to_bf16 rounds to nearest even and keeps NaN a NaN.
+void bf16_to_float(const uint16_t* src, float* dst, int64_t n);
+void float_to_bf16(const float* src, uint16_t* dst, int64_t n);
+
+// x[i] = exp(x[i] * scale - shift) for finite x; returns the sum of the results.
+float exp_scaled_sum(float* x, float scale, float shift, int64_t n);
+float max_value(const float* x, int64_t n);  // -inf for n == 0
+float dot(const float* a, const float* b, int64_t n);
+
+// y = silu(g) * u
+void silu_mul(const float* g, const float* u, float* y, int64_t n);
+// dg, du of y = silu(g) * u given dy.
+void silu_mul_backward(const float* g, const float* u, const float* dy, float* dg, float* du,
+                       int64_t n);
+
+}  // namespace trellis::model::vec
