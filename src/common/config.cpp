@@ -13,20 +13,26 @@ toml::table parse_toml(std::string_view text, const std::string& where) {
     return toml::parse(text, where);
   } catch (const toml::parse_error& e) {
     const auto& pos = e.source().begin;
-    throw Error(std::string(e.description()),
-                fmt::format("{}:{}:{}", where, pos.line, pos.column));
+    throw Error(std::string(e.description()), fmt::format("{}:{}:{}", where, pos.line, pos.column));
   }
 }
 
 const char* type_name(toml::node_type t) {
   switch (t) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    default: return "a value";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a number";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    default:
+      return "a value";
   }
 }
 

@@ -21,8 +21,6 @@ level = "info"          # trace | debug | info | warn | error
 
 [model]
 path = ""               # Hugging Face model directory (config.json, *.safetensors, tokenizer.json)
-arch = "qwen2"          # for `trellis model init`: llama | qwen2 | qwen3
-preset = "tiny"         # for `trellis model init`: tiny (~1M params) | small (~27M)
 )toml";
 }
 

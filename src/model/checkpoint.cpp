@@ -16,9 +16,12 @@ std::string shape_str(c10::IntArrayRef shape) {
 
 torch::ScalarType torch_dtype(DType d, const std::string& tensor, const std::string& where) {
   switch (d) {
-    case DType::F32: return torch::kFloat32;
-    case DType::F16: return torch::kFloat16;
-    case DType::BF16: return torch::kBFloat16;
+    case DType::F32:
+      return torch::kFloat32;
+    case DType::F16:
+      return torch::kFloat16;
+    case DType::BF16:
+      return torch::kBFloat16;
     default:
       fail(where, "tensor '{}' has dtype {}; model weights must be F32, F16 or BF16", tensor,
            dtype_name(d));
@@ -63,8 +66,8 @@ std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& dir,
   return model;
 }
 
-void save_transformer(const Transformer& model, const std::filesystem::path& dir,
-                      StoreDtype dtype, uint64_t max_shard_bytes) {
+void save_transformer(const Transformer& model, const std::filesystem::path& dir, StoreDtype dtype,
+                      uint64_t max_shard_bytes) {
   torch::NoGradGuard no_grad;
   const auto target = dtype == StoreDtype::BF16 ? torch::kBFloat16 : torch::kFloat32;
   std::vector<torch::Tensor> keep;  // owns the bytes the views below point at

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -246,72 +247,144 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
 };
 
 // ---------------------------------------------------------------- attention
-// Rows of scores [n, kvh, rows_per_head, s]: row r is query r % t at position q_offset + r % t.
-struct AttentionFn : torch::autograd::Function<AttentionFn> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q,
-                               const torch::Tensor& k, const torch::Tensor& v, int64_t t,
-                               int64_t q_offset) {
-    const int64_t hd = q.size(-1), R = q.size(-2), s = k.size(-2);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    auto probs = torch::matmul(q, k.transpose(-1, -2)).contiguous();  // scores, then in place
-    const int64_t rows = probs.numel() / s;
-    dispatch(probs, [&](auto tag) {
-      using T = decltype(tag);
-      T* p = probs.data_ptr<T>();
-      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
-        std::vector<float> buf(s);
-        for (int64_t row = b; row < e; ++row) {
-          T* pr = p + row * s;
-          const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
-          float* x = buf.data();
-          std::copy_n(load(pr, x, valid), valid, x);  // no-op copy for float rows
-          const float mx = vec::max_value(x, valid);
-          const float inv = 1.0f / vec::exp_scaled_sum(x, scale, mx * scale, valid);
-          for (int64_t j = 0; j < valid; ++j) x[j] *= inv;
-          store(x, pr, valid);
-          std::fill(pr + valid, pr + s, T(0.0f));
-        }
-      });
+// Layout: query heads h*group .. h*group+group-1 share kv head h, so the group is folded into the
+// query rows ([n, kv_heads, group * t, hd]) and one batched matmul per kv head serves them all
+// without repeating k and v. Row r of a head is query r % t, at position q_offset + r % t.
+
+// q: [n, t, heads, hd] -> [n, kv_heads, group * t, hd]
+torch::Tensor fold_queries(const torch::Tensor& q, int64_t kv_heads) {
+  const int64_t n = q.size(0), t = q.size(1), hd = q.size(3), group = q.size(2) / kv_heads;
+  return q.view({n, t, kv_heads, group, hd})
+      .permute({0, 2, 3, 1, 4})
+      .reshape({n, kv_heads, group * t, hd});
+}
+
+// [n, kv_heads, group * t, hd] -> [n, t, heads, hd]
+torch::Tensor unfold_queries(const torch::Tensor& x, int64_t t) {
+  const int64_t n = x.size(0), kvh = x.size(1), group = x.size(2) / t, hd = x.size(3);
+  return x.view({n, kvh, group, t, hd}).permute({0, 3, 1, 2, 4}).reshape({n, t, kvh * group, hd});
+}
+
+// Scores -> probabilities in place: causal mask, scale, fp32 softmax.
+void softmax_rows(torch::Tensor& scores, int64_t t, int64_t q_offset, float scale) {
+  const int64_t R = scores.size(-2), s = scores.size(-1), rows = scores.numel() / s;
+  dispatch(scores, [&](auto tag) {
+    using T = decltype(tag);
+    T* p = scores.data_ptr<T>();
+    at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+      std::vector<float> buf(s);
+      for (int64_t row = b; row < e; ++row) {
+        T* pr = p + row * s;
+        const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
+        float* x = buf.data();
+        std::copy_n(load(pr, x, valid), valid, x);  // no-op copy for float rows
+        const float mx = vec::max_value(x, valid);
+        const float inv = 1.0f / vec::exp_scaled_sum(x, scale, mx * scale, valid);
+        for (int64_t j = 0; j < valid; ++j) x[j] *= inv;
+        store(x, pr, valid);
+        std::fill(pr + valid, pr + s, T(0.0f));
+      }
     });
-    ctx->save_for_backward({q, k, v, probs});
-    ctx->saved_data["t"] = t;
-    ctx->saved_data["q_offset"] = q_offset;
-    return torch::matmul(probs, v);
+  });
+}
+
+// dP -> dS in place, given the probabilities P.
+void softmax_backward_rows(torch::Tensor& ds, const torch::Tensor& probs, int64_t t,
+                           int64_t q_offset, float scale) {
+  const int64_t R = ds.size(-2), s = ds.size(-1), rows = ds.numel() / s;
+  dispatch(ds, [&](auto tag) {
+    using T = decltype(tag);
+    T* dp = ds.data_ptr<T>();
+    const T* pp = probs.data_ptr<T>();
+    at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+      std::vector<float> pbuf(s), dbuf(s);
+      for (int64_t row = b; row < e; ++row) {
+        T* dr = dp + row * s;
+        // Probabilities past the causal limit are exactly 0, and so are their gradients.
+        const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
+        const float* pr = load(pp + row * s, pbuf.data(), valid);
+        float* d = dbuf.data();
+        std::copy_n(load(dr, d, valid), valid, d);
+        const float dot = vec::dot(pr, d, valid);
+        for (int64_t j = 0; j < valid; ++j) d[j] = pr[j] * (d[j] - dot) * scale;
+        store(d, dr, valid);
+        std::fill(dr + valid, dr + s, T(0.0f));
+      }
+    });
+  });
+}
+
+float attention_scale(const torch::Tensor& q) {
+  return 1.0f / std::sqrt(static_cast<float>(q.size(-1)));
+}
+
+// Folded q [n, kvh, R, hd], k/v [n, kvh, s, hd] -> (out [n, kvh, R, hd], probs [n, kvh, R, s]).
+std::pair<torch::Tensor, torch::Tensor> attention_forward(const torch::Tensor& q,
+                                                          const torch::Tensor& k,
+                                                          const torch::Tensor& v, int64_t t,
+                                                          int64_t q_offset) {
+  auto probs = torch::matmul(q, k.transpose(-1, -2)).contiguous();
+  softmax_rows(probs, t, q_offset, attention_scale(q));
+  return {torch::matmul(probs, v), probs};
+}
+
+// Gradients (dq, dk, dv) in the folded layout.
+std::array<torch::Tensor, 3> attention_backward(const torch::Tensor& q, const torch::Tensor& k,
+                                                const torch::Tensor& v, const torch::Tensor& probs,
+                                                const torch::Tensor& dout, int64_t t,
+                                                int64_t q_offset) {
+  auto dv = torch::matmul(probs.transpose(-1, -2), dout);
+  auto ds = torch::matmul(dout, v.transpose(-1, -2)).contiguous();
+  softmax_backward_rows(ds, probs, t, q_offset, attention_scale(q));
+  return {torch::matmul(ds, k), torch::matmul(ds.transpose(-1, -2), q), dv};
+}
+
+// One autograd node for the attention of every sample in a packed stream, so slicing the stream
+// into samples and stitching the outputs back costs no autograd nodes (and no zero-filled
+// slice gradients).
+struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
+  // q: [T, heads, hd]; k, v: [T, kv_heads, hd] -> [T, heads * hd]
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens) {
+    const int64_t T = q.size(0), kvh = k.size(1);
+    auto out = torch::empty({T, q.size(1), q.size(2)}, q.options());
+    std::vector<torch::Tensor> saved = {q, k, v};
+    int64_t start = 0;
+    for (int64_t len : seq_lens) {
+      auto qs = fold_queries(q.narrow(0, start, len).unsqueeze(0), kvh);
+      auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
+      auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
+      auto [o, probs] = attention_forward(qs, ks, vs, len, 0);
+      out.narrow(0, start, len).copy_(unfold_queries(o, len).squeeze(0));
+      saved.push_back(probs);
+      start += len;
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["seq_lens"] = seq_lens;
+    return out.view({T, -1});
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto q = saved[0], k = saved[1], v = saved[2], probs = saved[3];
-    auto dout = grads[0];
-    const int64_t hd = q.size(-1), R = q.size(-2), s = k.size(-2);
-    const int64_t t = ctx->saved_data["t"].toInt(), q_offset = ctx->saved_data["q_offset"].toInt();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    auto dv = torch::matmul(probs.transpose(-1, -2), dout);
-    auto ds = torch::matmul(dout, v.transpose(-1, -2)).contiguous();  // dP, then dS in place
-    const int64_t rows = ds.numel() / s;
-    dispatch(ds, [&](auto tag) {
-      using T = decltype(tag);
-      T* dp = ds.data_ptr<T>();
-      const T* pp = probs.data_ptr<T>();
-      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
-        std::vector<float> pbuf(s), dbuf(s);
-        for (int64_t row = b; row < e; ++row) {
-          T* dr = dp + row * s;
-          // Probabilities past the causal limit are exactly 0, and so are their gradients.
-          const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
-          const float* pr = load(pp + row * s, pbuf.data(), valid);
-          float* d = dbuf.data();
-          std::copy_n(load(dr, d, valid), valid, d);
-          const float dot = vec::dot(pr, d, valid);
-          for (int64_t j = 0; j < valid; ++j) d[j] = pr[j] * (d[j] - dot) * scale;
-          store(d, dr, valid);
-          std::fill(dr + valid, dr + s, T(0.0f));
-        }
-      });
-    });
-    auto dq = torch::matmul(ds, k);
-    auto dk = torch::matmul(ds.transpose(-1, -2), q);
-    return {dq, dk, dv, torch::Tensor(), torch::Tensor()};
+    auto q = saved[0], k = saved[1], v = saved[2];
+    auto seq_lens = ctx->saved_data["seq_lens"].toIntVector();
+    const int64_t kvh = k.size(1);
+    auto dout = grads[0].reshape(q.sizes());
+    auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
+    int64_t start = 0;
+    for (size_t i = 0; i < seq_lens.size(); ++i) {
+      const int64_t len = seq_lens[i];
+      auto qs = fold_queries(q.narrow(0, start, len).unsqueeze(0), kvh);
+      auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
+      auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
+      auto dos = fold_queries(dout.narrow(0, start, len).unsqueeze(0), kvh);
+      auto [gq, gk, gv] = attention_backward(qs, ks, vs, saved[3 + i], dos, len, 0);
+      dq.narrow(0, start, len).copy_(unfold_queries(gq, len).squeeze(0));
+      dk.narrow(0, start, len).copy_(gk.squeeze(0).permute({1, 0, 2}));
+      dv.narrow(0, start, len).copy_(gv.squeeze(0).permute({1, 0, 2}));
+      start += len;
+    }
+    return {dq, dk, dv, torch::Tensor()};
   }
 };
 
@@ -334,10 +407,20 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
   return RopeFn::apply(x, cos, sin);
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t t, int64_t q_offset) {
-  if (!use_kernels(q)) return composed::causal_attention(q, k, v, t, q_offset);
-  return AttentionFn::apply(q, k, v, t, q_offset);
+torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens) {
+  if (!use_kernels(q)) return composed::packed_attention(q, k, v, seq_lens);
+  return PackedAttentionFn::apply(q, k, v, seq_lens);
+}
+
+torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t q_offset) {
+  const bool needs_grad = torch::GradMode::is_enabled() &&
+                          (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  if (!use_kernels(q) || needs_grad) return composed::cached_attention(q, k, v, q_offset);
+  const int64_t B = q.size(0), t = q.size(1);
+  auto out = attention_forward(fold_queries(q, k.size(1)), k, v, t, q_offset).first;
+  return unfold_queries(out, t).reshape({B, t, -1});
 }
 
 namespace composed {
@@ -360,16 +443,31 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
   return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
 }
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t t, int64_t q_offset) {
-  const int64_t R = q.size(-2), s = k.size(-2);
-  auto scores = torch::matmul(q, k.transpose(-1, -2)).to(torch::kFloat32) /
-                std::sqrt(static_cast<double>(q.size(-1)));
+torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t q_offset) {
+  const int64_t B = q.size(0), t = q.size(1), group = q.size(2) / k.size(1), s = k.size(2);
+  // Plain multi-head form: repeat each kv head for its query heads.
+  auto kk = k.repeat_interleave(group, 1), vv = v.repeat_interleave(group, 1);  // [B, H, s, hd]
+  auto scores = torch::matmul(q.transpose(1, 2), kk.transpose(-1, -2)).to(torch::kFloat32) /
+                std::sqrt(static_cast<double>(q.size(-1)));  // [B, H, t, s]
   auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kInt64);
-  auto qpos = torch::arange(R, opts).remainder(t) + q_offset;
-  auto future = torch::arange(s, opts).unsqueeze(0) > qpos.unsqueeze(1);  // [R, s]
-  auto probs = torch::softmax(scores.masked_fill(future, -INFINITY), -1);
-  return torch::matmul(probs.to(q.scalar_type()), v);
+  auto qpos = torch::arange(t, opts) + q_offset;
+  auto future = torch::arange(s, opts).unsqueeze(0) > qpos.unsqueeze(1);  // [t, s]
+  auto probs = torch::softmax(scores.masked_fill(future, -INFINITY), -1).to(q.scalar_type());
+  return torch::matmul(probs, vv).transpose(1, 2).reshape({B, t, -1});
+}
+
+torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens) {
+  std::vector<torch::Tensor> outs;
+  int64_t start = 0;
+  for (int64_t len : seq_lens) {
+    auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
+    auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
+    outs.push_back(cached_attention(q.narrow(0, start, len).unsqueeze(0), ks, vs, 0).squeeze(0));
+    start += len;
+  }
+  return torch::cat(outs, 0);
 }
 
 }  // namespace composed

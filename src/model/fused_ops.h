@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -24,11 +25,17 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 // head (Hugging Face's rotate_half convention) by the angle of the token's position.
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
-// Causal attention with grouped query heads folded into rows.
-// q: [n, kv_heads, group * t, hd] (row r is query r % t of its group); k, v: [n, kv_heads, s, hd].
-// Query i sits at position q_offset + i and sees keys 0 .. q_offset + i. Returns q's shape.
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t t, int64_t q_offset);
+// Causal attention over a packed stream: q [T, heads, hd], k, v [T, kv_heads, hd]; samples are
+// consecutive runs of seq_lens tokens and each query sees the keys of its own sample up to
+// itself. Returns [T, heads * hd].
+torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens);
+
+// Attention of new queries against a KV cache: q [B, t, heads, hd]; k, v [B, kv_heads, s, hd]
+// (views of the cache, entries 0 .. s-1 filled). Query i sits at position q_offset + i and sees
+// keys 0 .. q_offset + i. Returns [B, t, heads * hd].
+torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t q_offset);
 
 }  // namespace trellis::model::fused
 
@@ -38,6 +45,8 @@ namespace trellis::model::fused::composed {
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t t, int64_t q_offset);
+torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens);
+torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t q_offset);
 }  // namespace trellis::model::fused::composed

@@ -14,8 +14,8 @@ Generation generate(Transformer& model, const std::vector<int32_t>& prompt,
   if (options.temperature < 0) throw Error("temperature must be >= 0");
   const int64_t limit = model.config().max_position_embeddings;
   if (static_cast<int64_t>(prompt.size()) >= limit) {
-    throw Error(fmt::format("prompt of {} tokens does not fit the context of {}", prompt.size(),
-                            limit));
+    throw Error(
+        fmt::format("prompt of {} tokens does not fit the context of {}", prompt.size(), limit));
   }
   torch::NoGradGuard no_grad;
   const int64_t capacity =

@@ -6,9 +6,12 @@ namespace trellis::model {
 
 const char* arch_name(Arch arch) {
   switch (arch) {
-    case Arch::Llama: return "llama";
-    case Arch::Qwen2: return "qwen2";
-    case Arch::Qwen3: return "qwen3";
+    case Arch::Llama:
+      return "llama";
+    case Arch::Qwen2:
+      return "qwen2";
+    case Arch::Qwen3:
+      return "qwen3";
   }
   return "?";
 }
@@ -57,14 +60,18 @@ HfConfig HfConfig::from_json(const Json& j, const std::string& where) {
   if (c.num_attention_heads <= 0) fail(where, "field 'num_attention_heads' must be positive");
   c.head_dim = json_optional<int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, where);
   switch (c.arch) {
-    case Arch::Qwen2: c.attention_bias = true; break;  // Qwen2 always has q/k/v bias
+    case Arch::Qwen2:
+      c.attention_bias = true;
+      break;  // Qwen2 always has q/k/v bias
     case Arch::Llama:
-    case Arch::Qwen3: c.attention_bias = json_optional<bool>(j, "attention_bias", false, where);
+    case Arch::Qwen3:
+      c.attention_bias = json_optional<bool>(j, "attention_bias", false, where);
   }
   c.qk_norm = c.arch == Arch::Qwen3;
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    fail(where, "field 'rope_scaling' is not supported (only plain RoPE); remove it or use a "
-                "model without RoPE scaling");
+    fail(where,
+         "field 'rope_scaling' is not supported (only plain RoPE); remove it or use a "
+         "model without RoPE scaling");
   }
   if (json_optional<bool>(j, "use_sliding_window", false, where)) {
     fail(where, "field 'use_sliding_window' = true is not supported");

@@ -55,8 +55,8 @@ TrainBenchResult bench_train(Transformer& model, const TrainBenchOptions& o,
     int64_t left = o.seq_len;
     const int64_t hi = std::max<int64_t>(o.min_sample, o.seq_len / 2);
     while (left > 0) {
-      int64_t len = std::min<int64_t>(left, std::uniform_int_distribution<int64_t>(
-                                                std::min(o.min_sample, hi), hi)(rng));
+      int64_t len = std::min<int64_t>(
+          left, std::uniform_int_distribution<int64_t>(std::min(o.min_sample, hi), hi)(rng));
       lens.push_back(len);
       left -= len;
     }

@@ -20,9 +20,9 @@ double measure_matmul_flops(const Compute& compute, int64_t n = 2048);
 double train_flops(const HfConfig& config, int64_t tokens, double sum_sq_lens);
 
 struct TrainBenchOptions {
-  int64_t seq_len = 2048;     // tokens per packed row (one optimizer step)
-  int64_t tokens = 16384;     // tokens to time, after one untimed warm-up step
-  int64_t min_sample = 128;   // packed samples have lengths drawn from [min_sample, seq_len/2]
+  int64_t seq_len = 2048;    // tokens per packed row (one optimizer step)
+  int64_t tokens = 16384;    // tokens to time, after one untimed warm-up step
+  int64_t min_sample = 128;  // packed samples have lengths drawn from [min_sample, seq_len/2]
   uint64_t seed = 0;
 };
 

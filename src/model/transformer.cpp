@@ -8,14 +8,15 @@
 namespace trellis::model {
 
 namespace F = torch::nn::functional;
-using torch::indexing::Slice;
 
 KVCache::KVCache(const HfConfig& config, int64_t batch, int64_t capacity, const Compute& compute)
     : batch_(batch), capacity_(capacity) {
   auto opts = torch::TensorOptions().dtype(compute.dtype).device(compute.device);
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    k_.push_back(torch::zeros({batch, config.num_key_value_heads, capacity, config.head_dim}, opts));
-    v_.push_back(torch::zeros({batch, config.num_key_value_heads, capacity, config.head_dim}, opts));
+    k_.push_back(
+        torch::zeros({batch, config.num_key_value_heads, capacity, config.head_dim}, opts));
+    v_.push_back(
+        torch::zeros({batch, config.num_key_value_heads, capacity, config.head_dim}, opts));
   }
 }
 
@@ -49,7 +50,8 @@ Transformer::Transformer(const HfConfig& config, const Compute& compute)
     layers_.push_back(l);
   }
   final_norm_ = add_param("model.norm.weight", {d});
-  lm_head_ = config.tie_word_embeddings ? embed_ : add_param("lm_head.weight", {config.vocab_size, d});
+  lm_head_ =
+      config.tie_word_embeddings ? embed_ : add_param("lm_head.weight", {config.vocab_size, d});
 
   // RoPE tables in fp64 then fp32, as HF computes inv_freq in fp32 from an int64 arange.
   auto inv_freq = 1.0 / torch::pow(config.rope_theta,
@@ -61,7 +63,8 @@ Transformer::Transformer(const HfConfig& config, const Compute& compute)
 }
 
 torch::Tensor Transformer::add_param(const std::string& name, std::vector<int64_t> shape) {
-  auto t = torch::zeros(shape, torch::TensorOptions().dtype(torch::kFloat32).device(compute_.device));
+  auto t =
+      torch::zeros(shape, torch::TensorOptions().dtype(torch::kFloat32).device(compute_.device));
   index_[name] = params_.size();
   params_.emplace_back(name, t);
   return t;
@@ -118,16 +121,24 @@ torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor&
   return fused::rms_norm(x, weight, config_.rms_norm_eps);
 }
 
-torch::Tensor Transformer::attend(const torch::Tensor& q, const torch::Tensor& k,
-                                  const torch::Tensor& v, int64_t q_offset) {
-  const int64_t n = q.size(0), t = q.size(1);
-  const int64_t kvh = config_.num_key_value_heads, hd = config_.head_dim;
-  const int64_t group = config_.num_attention_heads / kvh;
-  // Query heads h*group .. h*group+group-1 share kv head h: fold the group into the query rows
-  // so one batched matmul per kv head serves them without repeating k and v.
-  auto qg = q.view({n, t, kvh, group, hd}).permute({0, 2, 3, 1, 4}).reshape({n, kvh, group * t, hd});
-  auto out = fused::causal_attention(qg, k, v, t, q_offset);  // [n, kvh, group*t, hd]
-  return out.view({n, kvh, group, t, hd}).permute({0, 3, 1, 2, 4}).reshape({n, t, kvh * group * hd});
+std::array<torch::Tensor, 3> Transformer::project_qkv(const Layer& l, const torch::Tensor& h,
+                                                      const torch::Tensor& cos,
+                                                      const torch::Tensor& sin) {
+  auto heads = [&](torch::Tensor x, int64_t n) {
+    std::vector<int64_t> shape(h.sizes().begin(), h.sizes().end() - 1);
+    shape.push_back(n);
+    shape.push_back(config_.head_dim);
+    return x.view(shape);
+  };
+  auto bias = [&](const torch::Tensor& b) { return b.defined() ? w(b) : torch::Tensor(); };
+  auto q = heads(F::linear(h, w(l.q_w), bias(l.q_b)), config_.num_attention_heads);
+  auto k = heads(F::linear(h, w(l.k_w), bias(l.k_b)), config_.num_key_value_heads);
+  auto v = heads(F::linear(h, w(l.v_w), bias(l.v_b)), config_.num_key_value_heads);
+  if (config_.qk_norm) {
+    q = rms_norm(q, l.q_norm);
+    k = rms_norm(k, l.k_norm);
+  }
+  return {fused::rope(q, cos, sin), fused::rope(k, cos, sin), v};
 }
 
 torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) {
@@ -162,33 +173,12 @@ ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
     throw Error(fmt::format("position {} exceeds max_position_embeddings {}", max_pos,
                             config_.max_position_embeddings));
   }
-  const int64_t H = config_.num_attention_heads, KVH = config_.num_key_value_heads,
-                hd = config_.head_dim;
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
   auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
   auto x = F::embedding(tok, w(embed_));
   for (const Layer& l : layers_) {
-    auto h = rms_norm(x, l.input_norm);
-    auto q = F::linear(h, w(l.q_w), l.q_b.defined() ? w(l.q_b) : torch::Tensor()).view({T, H, hd});
-    auto k = F::linear(h, w(l.k_w), l.k_b.defined() ? w(l.k_b) : torch::Tensor()).view({T, KVH, hd});
-    auto v = F::linear(h, w(l.v_w), l.v_b.defined() ? w(l.v_b) : torch::Tensor()).view({T, KVH, hd});
-    if (config_.qk_norm) {
-      q = rms_norm(q, l.q_norm);
-      k = rms_norm(k, l.k_norm);
-    }
-    q = fused::rope(q, cos, sin);
-    k = fused::rope(k, cos, sin);
-    std::vector<torch::Tensor> outs;
-    int64_t start = 0;
-    for (int64_t len : seq_lens) {
-      auto qs = q.narrow(0, start, len).unsqueeze(0);
-      auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
-      auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
-      outs.push_back(attend(qs, ks, vs, 0).squeeze(0));
-      start += len;
-    }
-    auto attn = outs.size() == 1 ? outs[0] : torch::cat(outs, 0);
-    x = x + F::linear(attn, w(l.o_w));
+    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin);
+    x = x + F::linear(fused::packed_attention(q, k, v, seq_lens), w(l.o_w));
     x = x + mlp(l, rms_norm(x, l.post_norm));
   }
   return finish(x, options);
@@ -204,36 +194,25 @@ ForwardOutput Transformer::forward_step(const torch::Tensor& tokens, KVCache& ca
   if (tokens.dim() != 2 || tokens.size(0) != cache.batch_) {
     throw Error("forward_step: tokens must be [batch, t] with the cache's batch size");
   }
-  const int64_t B = tokens.size(0), t = tokens.size(1), P = cache.length_;
+  const int64_t t = tokens.size(1), P = cache.length_;
   if (P + t > cache.capacity_) {
-    throw Error(fmt::format("KV cache full: {} + {} tokens exceed capacity {}", P, t,
-                            cache.capacity_));
+    throw Error(
+        fmt::format("KV cache full: {} + {} tokens exceed capacity {}", P, t, cache.capacity_));
   }
   if (P + t > config_.max_position_embeddings) {
     throw Error(fmt::format("position {} exceeds max_position_embeddings {}", P + t - 1,
                             config_.max_position_embeddings));
   }
-  const int64_t H = config_.num_attention_heads, KVH = config_.num_key_value_heads,
-                hd = config_.head_dim;
   auto tok = tokens.to(compute_.device);
   auto cos = rope_cos_.narrow(0, P, t), sin = rope_sin_.narrow(0, P, t);
   auto x = F::embedding(tok, w(embed_));  // [B, t, d]
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    auto h = rms_norm(x, l.input_norm);
-    auto q = F::linear(h, w(l.q_w), l.q_b.defined() ? w(l.q_b) : torch::Tensor()).view({B, t, H, hd});
-    auto k = F::linear(h, w(l.k_w), l.k_b.defined() ? w(l.k_b) : torch::Tensor()).view({B, t, KVH, hd});
-    auto v = F::linear(h, w(l.v_w), l.v_b.defined() ? w(l.v_b) : torch::Tensor()).view({B, t, KVH, hd});
-    if (config_.qk_norm) {
-      q = rms_norm(q, l.q_norm);
-      k = rms_norm(k, l.k_norm);
-    }
-    q = fused::rope(q, cos, sin);
-    k = fused::rope(k, cos, sin);
+    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin);
     cache.k_[i].narrow(2, P, t).copy_(k.permute({0, 2, 1, 3}));
     cache.v_[i].narrow(2, P, t).copy_(v.permute({0, 2, 1, 3}));
     auto ks = cache.k_[i].narrow(2, 0, P + t), vs = cache.v_[i].narrow(2, 0, P + t);
-    x = x + F::linear(attend(q, ks, vs, P), w(l.o_w));
+    x = x + F::linear(fused::cached_attention(q, ks, vs, P), w(l.o_w));
     x = x + mlp(l, rms_norm(x, l.post_norm));
   }
   cache.length_ = P + t;

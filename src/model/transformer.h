@@ -16,6 +16,7 @@
 // Not thread-safe: one forward at a time per instance.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -75,8 +76,7 @@ class Transformer {
 
   // (a) tokens, positions: int64 [T]; seq_lens sums to T. Attention never crosses samples.
   ForwardOutput forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
-                               const std::vector<int64_t>& seq_lens,
-                               ForwardOptions options = {});
+                               const std::vector<int64_t>& seq_lens, ForwardOptions options = {});
   // Convenience: one sample per call, positions 0..T-1.
   ForwardOutput forward(const torch::Tensor& tokens, ForwardOptions options = {});
 
@@ -95,10 +95,10 @@ class Transformer {
   // (and refreshed when the master changes) under NoGradGuard, so generation pays no cast.
   torch::Tensor w(const torch::Tensor& master);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight);
-  // q: [n, t, heads, hd]; k, v: [n, kv_heads, s, hd]. Query i sits at position q_offset + i
-  // and sees keys 0 .. q_offset + i. Returns [n, t, heads * hd].
-  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       int64_t q_offset);
+  // q [..., heads, hd], k and v [..., kv_heads, hd] from normed input h [..., d]: projected,
+  // q/k-normed (Qwen3) and rotated.
+  std::array<torch::Tensor, 3> project_qkv(const Layer& layer, const torch::Tensor& h,
+                                           const torch::Tensor& cos, const torch::Tensor& sin);
   torch::Tensor mlp(const Layer& layer, const torch::Tensor& x);
   ForwardOutput finish(const torch::Tensor& x, ForwardOptions options);
 

@@ -34,7 +34,8 @@ inline float fast_exp(float x) {
 
 TRELLIS_VECTOR_CLONES
 void bf16_to_float(const uint16_t* src, float* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = std::bit_cast<float>(static_cast<uint32_t>(src[i]) << 16);
 }
 
 TRELLIS_VECTOR_CLONES

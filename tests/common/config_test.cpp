@@ -64,3 +64,19 @@ TEST(Files, AtomicWriteReplacesWholeFile) {
 
 }  // namespace
 }  // namespace trellis
+
+namespace trellis {
+namespace {
+
+// docs/configuration.md shows the embedded defaults verbatim; keep the two from drifting apart.
+TEST(Config, DocumentationShowsTheEmbeddedDefaults) {
+  std::string doc = read_file(std::string(TRELLIS_SOURCE_DIR) + "/docs/configuration.md");
+  std::string defaults(default_config_toml());
+  defaults = defaults.substr(defaults.find_first_not_of('\n'));
+  EXPECT_NE(doc.find(defaults), std::string::npos)
+      << "docs/configuration.md must contain the text of default_config.cpp:\n"
+      << defaults;
+}
+
+}  // namespace
+}  // namespace trellis

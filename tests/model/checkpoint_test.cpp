@@ -14,7 +14,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  auto dir = fs::temp_directory_path() / ("trellis_ckpt_" + name + "_" + std::to_string(::getpid()));
+  auto dir =
+      fs::temp_directory_path() / ("trellis_ckpt_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -78,8 +79,7 @@ TEST(Checkpoint, ShapeNotMatchingConfigIsAnError) {
   write_file_atomic(dir / "config.json", j.dump());
   auto msg = error_of([&] { load_transformer(dir, Compute{}); });
   EXPECT_NE(msg.find("mlp.gate_proj.weight"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("has shape [512, 128] but config.json implies [256, 128]"),
-            std::string::npos)
+  EXPECT_NE(msg.find("has shape [512, 128] but config.json implies [256, 128]"), std::string::npos)
       << msg;
 }
 
@@ -119,8 +119,7 @@ TEST(HfConfigTest, MissingOrUnsupportedFieldsAreErrors) {
   }
   auto j = good;
   j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}};
-  EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("rope_scaling"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("rope_scaling"), std::string::npos);
   j = good;
   j["model_type"] = "mistral";
   EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("unsupported model_type 'mistral'"),

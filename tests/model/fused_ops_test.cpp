@@ -54,16 +54,18 @@ TEST(FusedOps, RmsNormMatchesComposed) {
   for (const auto& c : kCases) {
     auto x = rnd({7, 3, 40}, c.dtype, 1, 3.0);
     auto w = rnd({40}, torch::kFloat32, 2);  // fp32 master weight, any compute dtype
-    compare({x, w}, [](auto v) { return rms_norm(v[0], v[1], 1e-6); },
-            [](auto v) { return composed::rms_norm(v[0], v[1], 1e-6); }, c.tol, "rms_norm");
+    compare(
+        {x, w}, [](auto v) { return rms_norm(v[0], v[1], 1e-6); },
+        [](auto v) { return composed::rms_norm(v[0], v[1], 1e-6); }, c.tol, "rms_norm");
   }
 }
 
 TEST(FusedOps, SwigluMatchesComposed) {
   for (const auto& c : kCases) {
-    compare({rnd({33, 65}, c.dtype, 3, 4.0), rnd({33, 65}, c.dtype, 4)},
-            [](auto v) { return swiglu(v[0], v[1]); },
-            [](auto v) { return composed::swiglu(v[0], v[1]); }, c.tol, "swiglu");
+    compare(
+        {rnd({33, 65}, c.dtype, 3, 4.0), rnd({33, 65}, c.dtype, 4)},
+        [](auto v) { return swiglu(v[0], v[1]); },
+        [](auto v) { return composed::swiglu(v[0], v[1]); }, c.tol, "swiglu");
   }
 }
 
@@ -73,41 +75,50 @@ TEST(FusedOps, RopeMatchesComposed) {
                                torch::rand({8}, at::detail::createCPUGenerator(5)));
     auto cos = angles.cos(), sin = angles.sin();
     for (auto shape : {std::vector<int64_t>{9, 4, 16}, std::vector<int64_t>{2, 9, 3, 16}}) {
-      compare({rnd(shape, c.dtype, 6), cos, sin}, [](auto v) { return rope(v[0], v[1], v[2]); },
-              [](auto v) { return composed::rope(v[0], v[1], v[2]); }, c.tol, "rope");
+      compare(
+          {rnd(shape, c.dtype, 6), cos, sin}, [](auto v) { return rope(v[0], v[1], v[2]); },
+          [](auto v) { return composed::rope(v[0], v[1], v[2]); }, c.tol, "rope");
     }
   }
 }
 
-TEST(FusedOps, CausalAttentionMatchesComposed) {
+TEST(FusedOps, PackedAttentionMatchesComposed) {
   for (const auto& c : kCases) {
-    // n=2 sequences, 3 kv heads, group 2, t=5 new queries after 4 cached keys (s = 9).
-    const int64_t t = 5, offset = 4, s = 9;
-    compare({rnd({2, 3, 2 * t, 16}, c.dtype, 7), rnd({2, 3, s, 16}, c.dtype, 8),
-             rnd({2, 3, s, 16}, c.dtype, 9)},
-            [&](auto v) { return causal_attention(v[0], v[1], v[2], t, offset); },
-            [&](auto v) { return composed::causal_attention(v[0], v[1], v[2], t, offset); },
-            c.tol, "attention with offset");
-    // Training shape: no cache, queries == keys.
-    compare({rnd({1, 2, 3 * 11, 8}, c.dtype, 10), rnd({1, 2, 11, 8}, c.dtype, 11),
-             rnd({1, 2, 11, 8}, c.dtype, 12)},
-            [&](auto v) { return causal_attention(v[0], v[1], v[2], 11, 0); },
-            [&](auto v) { return composed::causal_attention(v[0], v[1], v[2], 11, 0); }, c.tol,
-            "attention");
+    // 3 samples in one stream of 20 tokens, 6 query heads on 2 kv heads.
+    std::vector<int64_t> lens = {7, 1, 12};
+    compare(
+        {rnd({20, 6, 16}, c.dtype, 7), rnd({20, 2, 16}, c.dtype, 8), rnd({20, 2, 16}, c.dtype, 9)},
+        [&](auto v) { return packed_attention(v[0], v[1], v[2], lens); },
+        [&](auto v) { return composed::packed_attention(v[0], v[1], v[2], lens); }, c.tol,
+        "packed attention");
   }
 }
 
-TEST(FusedOps, AttentionIsCausal) {
-  // Changing a future key or value must not change earlier outputs.
+TEST(FusedOps, CachedAttentionMatchesComposed) {
   torch::NoGradGuard g;
-  auto q = rnd({1, 1, 6, 8}, torch::kFloat32, 1), k = rnd({1, 1, 6, 8}, torch::kFloat32, 2),
-       v = rnd({1, 1, 6, 8}, torch::kFloat32, 3);
-  auto before = causal_attention(q, k, v, 6, 0);
-  k[0][0][5].fill_(100.0);
-  v[0][0][5].fill_(-100.0);
-  auto after = causal_attention(q, k, v, 6, 0);
-  EXPECT_TRUE(torch::equal(before.narrow(2, 0, 5), after.narrow(2, 0, 5)));
-  EXPECT_FALSE(torch::equal(before.narrow(2, 5, 1), after.narrow(2, 5, 1)));
+  for (const auto& c : kCases) {
+    // 2 sequences, 5 new queries after 4 cached keys, 4 query heads on 2 kv heads.
+    auto q = rnd({2, 5, 4, 16}, c.dtype, 1), k = rnd({2, 2, 9, 16}, c.dtype, 2),
+         v = rnd({2, 2, 9, 16}, c.dtype, 3);
+    auto ours = cached_attention(q, k, v, 4);
+    EXPECT_EQ(ours.sizes(), (std::vector<int64_t>{2, 5, 64}));
+    EXPECT_LT(rel(ours, composed::cached_attention(q, k, v, 4)), c.tol);
+  }
+}
+
+TEST(FusedOps, AttentionIsCausalAndConfinedToItsSample) {
+  torch::NoGradGuard g;
+  auto q = rnd({10, 2, 8}, torch::kFloat32, 1), k = rnd({10, 1, 8}, torch::kFloat32, 2),
+       v = rnd({10, 1, 8}, torch::kFloat32, 3);
+  std::vector<int64_t> lens = {6, 4};
+  auto before = packed_attention(q, k, v, lens);
+  // Changing token 5 (the last of sample 0) changes only its own output.
+  k[5].fill_(100.0);
+  v[5].fill_(-100.0);
+  auto after = packed_attention(q, k, v, lens);
+  EXPECT_TRUE(torch::equal(before.narrow(0, 0, 5), after.narrow(0, 0, 5)));
+  EXPECT_FALSE(torch::equal(before[5], after[5]));
+  EXPECT_TRUE(torch::equal(before.narrow(0, 6, 4), after.narrow(0, 6, 4)));
 }
 
 }  // namespace

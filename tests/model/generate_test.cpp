@@ -39,7 +39,8 @@ TEST(Generate, StopIdsSeedsAndVocabLimit) {
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_NE(a.tokens, c.tokens);
   // Stopping on the 3rd sampled token ends there, with reason "stop".
-  auto stopped = generate(*m, prompt, {a.tokens[2]}, {.max_tokens = 20, .temperature = 1.0, .seed = 4});
+  auto stopped =
+      generate(*m, prompt, {a.tokens[2]}, {.max_tokens = 20, .temperature = 1.0, .seed = 4});
   ASSERT_LE(stopped.tokens.size(), 3u);
   EXPECT_EQ(stopped.tokens.back(), a.tokens[2]);
   EXPECT_EQ(stopped.finish_reason, "stop");
