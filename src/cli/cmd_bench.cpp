@@ -19,11 +19,15 @@ void run_bench_train(const BenchTrainFlags& f) {
   auto compute = setup_compute(f.compute);
   auto transformer = model::load_transformer(f.model, compute);
   const auto& c = transformer->config();
-  std::printf("bench train: %s (%s, %.1fM params), %s, %d threads, seq_len %lld, %lld tokens\n",
-              f.model.c_str(), model::arch_name(c.arch), c.num_parameters() / 1e6,
-              compute.describe().c_str(), torch::get_num_threads(),
-              static_cast<long long>(f.options.seq_len), static_cast<long long>(f.options.tokens));
-  const int64_t steps = (f.options.tokens + f.options.seq_len - 1) / f.options.seq_len;
+  std::printf(
+      "bench train: %s (%s, %.1fM params), %s, %d threads, seq_len %lld x %lld rows per step, "
+      "%lld tokens\n",
+      f.model.c_str(), model::arch_name(c.arch), c.num_parameters() / 1e6,
+      compute.describe().c_str(), torch::get_num_threads(),
+      static_cast<long long>(f.options.seq_len), static_cast<long long>(f.options.micro_batches),
+      static_cast<long long>(f.options.tokens));
+  const int64_t step_tokens = f.options.seq_len * f.options.micro_batches;
+  const int64_t steps = (f.options.tokens + step_tokens - 1) / step_tokens;
   auto r = model::bench_train(*transformer, f.options, [&](int64_t step, double loss) {
     std::fprintf(stderr, "\r  step %lld/%lld  loss %.4f", static_cast<long long>(step),
                  static_cast<long long>(steps), loss);
@@ -35,6 +39,9 @@ void run_bench_train(const BenchTrainFlags& f) {
   std::printf("%-12s %10lld %12.1f %14.3f %14.3f %6.1f%%\n", compute.bf16() ? "bf16" : "fp32",
               static_cast<long long>(r.steps), r.tokens_per_s, r.achieved_flops / 1e12,
               r.matmul_flops / 1e12, 100.0 * r.mfu);
+  std::printf("per step: forward %.0f ms, backward %.0f ms, optimizer %.0f ms; final loss %.4f\n",
+              1e3 * r.forward_s / r.steps, 1e3 * r.backward_s / r.steps,
+              1e3 * r.optimizer_s / r.steps, r.final_loss);
 }
 
 }  // namespace
@@ -48,10 +55,15 @@ void add_bench_commands(CLI::App& app) {
   train->add_option("--model", f.model, "Hugging Face model directory")->required();
   train->add_option("--seq-len", f.options.seq_len, "tokens per packed row (one step)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  train
+      ->add_option("--micro-batches", f.options.micro_batches,
+                   "rows accumulated into one optimizer step")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   train->add_option("--tokens", f.options.tokens, "tokens to time")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   train->add_option("--seed", f.options.seed, "data seed")->capture_default_str();
   add_compute_flags(train, f.compute);
   train->callback([] { run_bench_train(f); });

@@ -59,10 +59,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", f.prompt, "prompt text")->required();
   cmd->add_option("--max-tokens", f.options.max_tokens, "new tokens at most")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--temperature", f.options.temperature, "sampling temperature (0 = greedy)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--seed", f.options.seed, "sampling seed")->capture_default_str();
   add_compute_flags(cmd, f.compute);
   cmd->callback([] { run_generate(f); });

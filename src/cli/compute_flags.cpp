@@ -12,7 +12,7 @@ void add_compute_flags(CLI::App* cmd, ComputeFlags& flags) {
 }
 
 model::Compute setup_compute(const ComputeFlags& flags) {
-  model::set_compute_threads(flags.threads);
+  model::init_compute_runtime(flags.threads);
   model::Compute c = model::resolve_compute(flags.device, flags.dtype);
   log::debug("compute: {} with {} threads", c.describe(), torch::get_num_threads());
   return c;

@@ -1,5 +1,7 @@
 #include "model/compute.h"
 
+#include <malloc.h>
+
 #include <thread>
 
 #include "common/error.h"
@@ -47,7 +49,9 @@ Compute resolve_compute(const std::string& device, const std::string& dtype) {
   return c;
 }
 
-void set_compute_threads(int threads) {
+void init_compute_runtime(int threads) {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum: blocks below 32 MiB come from the heap
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);   // and stay there when freed
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
 }

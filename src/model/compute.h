@@ -26,8 +26,11 @@ Compute resolve_compute(const std::string& device, const std::string& dtype);
 // True when this CPU executes bf16 matmuls natively (AVX512-BF16 or AMX-BF16).
 bool cpu_has_native_bf16();
 
-// Uses `threads` threads for tensor math (0 = every core). libtorch's OpenMP default can be 1
-// inside containers, so every entry point sets this explicitly.
-void set_compute_threads(int threads);
+// Process-wide setup every entry point that runs the model calls once:
+// - uses `threads` threads for tensor math (0 = every core); libtorch's OpenMP default can be 1
+//   inside containers;
+// - keeps freed activation-sized blocks in the heap instead of returning them to the kernel, so
+//   each training step does not page-fault and zero-fill its activations afresh.
+void init_compute_runtime(int threads);
 
 }  // namespace trellis::model

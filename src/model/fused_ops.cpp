@@ -36,6 +36,17 @@ const float* load(const T* src, float* buf, int64_t n) {
   }
 }
 
+// Copies (float) or converts (bf16) a row into buf and returns buf.
+template <typename T>
+float* load_into(const T* src, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(buf, src, n * sizeof(float));
+  } else {
+    vec::bf16_to_float(reinterpret_cast<const uint16_t*>(src), buf, n);
+  }
+  return buf;
+}
+
 template <typename T>
 void store(const float* src, T* dst, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
@@ -248,25 +259,34 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
 
 // ---------------------------------------------------------------- attention
 // Layout: query heads h*group .. h*group+group-1 share kv head h, so the group is folded into the
-// query rows ([n, kv_heads, group * t, hd]) and one batched matmul per kv head serves them all
-// without repeating k and v. Row r of a head is query r % t, at position q_offset + r % t.
+// query rows ([n, kv_heads, t * group, hd], query-major: row r is query r / group) and one batched
+// matmul per kv head serves them all without repeating k and v. Query i sits at position
+// q_offset + i. Queries are processed in blocks so that a block's scores only span the keys it
+// can see: for a causal square this skips most of the masked half of QK^T and PV.
+constexpr int64_t kQueryBlock = 256;
 
-// q: [n, t, heads, hd] -> [n, kv_heads, group * t, hd]
+// q: [n, t, heads, hd] -> [n, kv_heads, t * group, hd]
 torch::Tensor fold_queries(const torch::Tensor& q, int64_t kv_heads) {
   const int64_t n = q.size(0), t = q.size(1), hd = q.size(3), group = q.size(2) / kv_heads;
   return q.view({n, t, kv_heads, group, hd})
-      .permute({0, 2, 3, 1, 4})
-      .reshape({n, kv_heads, group * t, hd});
+      .permute({0, 2, 1, 3, 4})
+      .reshape({n, kv_heads, t * group, hd});
 }
 
-// [n, kv_heads, group * t, hd] -> [n, t, heads, hd]
+// [n, kv_heads, t * group, hd] -> [n, t, heads, hd]
 torch::Tensor unfold_queries(const torch::Tensor& x, int64_t t) {
   const int64_t n = x.size(0), kvh = x.size(1), group = x.size(2) / t, hd = x.size(3);
-  return x.view({n, kvh, group, t, hd}).permute({0, 3, 1, 2, 4}).reshape({n, t, kvh * group, hd});
+  return x.view({n, kvh, t, group, hd}).permute({0, 2, 1, 3, 4}).reshape({n, t, kvh * group, hd});
+}
+
+// Keys visible to row r of a block whose first query sits at position first_pos.
+inline int64_t visible_keys(int64_t row, int64_t rows_per_head, int64_t group, int64_t first_pos,
+                            int64_t s) {
+  return std::min<int64_t>(s, first_pos + (row % rows_per_head) / group + 1);
 }
 
 // Scores -> probabilities in place: causal mask, scale, fp32 softmax.
-void softmax_rows(torch::Tensor& scores, int64_t t, int64_t q_offset, float scale) {
+void softmax_rows(torch::Tensor& scores, int64_t group, int64_t first_pos, float scale) {
   const int64_t R = scores.size(-2), s = scores.size(-1), rows = scores.numel() / s;
   dispatch(scores, [&](auto tag) {
     using T = decltype(tag);
@@ -275,9 +295,8 @@ void softmax_rows(torch::Tensor& scores, int64_t t, int64_t q_offset, float scal
       std::vector<float> buf(s);
       for (int64_t row = b; row < e; ++row) {
         T* pr = p + row * s;
-        const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
-        float* x = buf.data();
-        std::copy_n(load(pr, x, valid), valid, x);  // no-op copy for float rows
+        const int64_t valid = visible_keys(row, R, group, first_pos, s);
+        float* x = load_into(pr, buf.data(), valid);
         const float mx = vec::max_value(x, valid);
         const float inv = 1.0f / vec::exp_scaled_sum(x, scale, mx * scale, valid);
         for (int64_t j = 0; j < valid; ++j) x[j] *= inv;
@@ -289,8 +308,8 @@ void softmax_rows(torch::Tensor& scores, int64_t t, int64_t q_offset, float scal
 }
 
 // dP -> dS in place, given the probabilities P.
-void softmax_backward_rows(torch::Tensor& ds, const torch::Tensor& probs, int64_t t,
-                           int64_t q_offset, float scale) {
+void softmax_backward_rows(torch::Tensor& ds, const torch::Tensor& probs, int64_t group,
+                           int64_t first_pos, float scale) {
   const int64_t R = ds.size(-2), s = ds.size(-1), rows = ds.numel() / s;
   dispatch(ds, [&](auto tag) {
     using T = decltype(tag);
@@ -301,10 +320,9 @@ void softmax_backward_rows(torch::Tensor& ds, const torch::Tensor& probs, int64_
       for (int64_t row = b; row < e; ++row) {
         T* dr = dp + row * s;
         // Probabilities past the causal limit are exactly 0, and so are their gradients.
-        const int64_t valid = std::min<int64_t>(s, q_offset + (row % R) % t + 1);
-        const float* pr = load(pp + row * s, pbuf.data(), valid);
-        float* d = dbuf.data();
-        std::copy_n(load(dr, d, valid), valid, d);
+        const int64_t valid = visible_keys(row, R, group, first_pos, s);
+        const float* pr = load_into(pp + row * s, pbuf.data(), valid);
+        float* d = load_into(dr, dbuf.data(), valid);
         const float dot = vec::dot(pr, d, valid);
         for (int64_t j = 0; j < valid; ++j) d[j] = pr[j] * (d[j] - dot) * scale;
         store(d, dr, valid);
@@ -314,29 +332,58 @@ void softmax_backward_rows(torch::Tensor& ds, const torch::Tensor& probs, int64_
   });
 }
 
+// Calls fn(first_query, queries, keys) for each query block of t queries at q_offset.
+template <typename Fn>
+void for_each_query_block(int64_t t, int64_t q_offset, int64_t s, Fn&& fn) {
+  for (int64_t i0 = 0; i0 < t; i0 += kQueryBlock) {
+    const int64_t n = std::min(kQueryBlock, t - i0);
+    fn(i0, n, std::min<int64_t>(s, q_offset + i0 + n));
+  }
+}
+
 float attention_scale(const torch::Tensor& q) {
   return 1.0f / std::sqrt(static_cast<float>(q.size(-1)));
 }
 
-// Folded q [n, kvh, R, hd], k/v [n, kvh, s, hd] -> (out [n, kvh, R, hd], probs [n, kvh, R, s]).
-std::pair<torch::Tensor, torch::Tensor> attention_forward(const torch::Tensor& q,
-                                                          const torch::Tensor& k,
-                                                          const torch::Tensor& v, int64_t t,
-                                                          int64_t q_offset) {
-  auto probs = torch::matmul(q, k.transpose(-1, -2)).contiguous();
-  softmax_rows(probs, t, q_offset, attention_scale(q));
-  return {torch::matmul(probs, v), probs};
+// Folded q [n, kvh, t * group, hd], k/v [n, kvh, s, hd] -> out [n, kvh, t * group, hd]; the
+// probabilities of each query block are appended to probs (if given) for the backward pass.
+torch::Tensor attention_forward(const torch::Tensor& q, const torch::Tensor& k,
+                                const torch::Tensor& v, int64_t t, int64_t q_offset,
+                                std::vector<torch::Tensor>* probs) {
+  const int64_t group = q.size(2) / t, s = k.size(2);
+  std::vector<torch::Tensor> outs;
+  for_each_query_block(t, q_offset, s, [&](int64_t i0, int64_t n, int64_t keys) {
+    auto p =
+        torch::matmul(q.narrow(2, i0 * group, n * group), k.narrow(2, 0, keys).transpose(-1, -2))
+            .contiguous();
+    softmax_rows(p, group, q_offset + i0, attention_scale(q));
+    outs.push_back(torch::matmul(p, v.narrow(2, 0, keys)));
+    if (probs != nullptr) probs->push_back(p);
+  });
+  return outs.size() == 1 ? outs[0] : torch::cat(outs, 2);
 }
 
-// Gradients (dq, dk, dv) in the folded layout.
+// Gradients (dq, dk, dv) in the folded layout; probs are the blocks attention_forward saved,
+// starting at index *next (advanced past them).
 std::array<torch::Tensor, 3> attention_backward(const torch::Tensor& q, const torch::Tensor& k,
-                                                const torch::Tensor& v, const torch::Tensor& probs,
-                                                const torch::Tensor& dout, int64_t t,
+                                                const torch::Tensor& v,
+                                                const std::vector<torch::Tensor>& probs,
+                                                size_t* next, const torch::Tensor& dout, int64_t t,
                                                 int64_t q_offset) {
-  auto dv = torch::matmul(probs.transpose(-1, -2), dout);
-  auto ds = torch::matmul(dout, v.transpose(-1, -2)).contiguous();
-  softmax_backward_rows(ds, probs, t, q_offset, attention_scale(q));
-  return {torch::matmul(ds, k), torch::matmul(ds.transpose(-1, -2), q), dv};
+  const int64_t group = q.size(2) / t, s = k.size(2);
+  auto dq = torch::empty_like(q, at::MemoryFormat::Contiguous);
+  auto dk = torch::zeros(k.sizes(), k.options()), dv = torch::zeros(v.sizes(), v.options());
+  for_each_query_block(t, q_offset, s, [&](int64_t i0, int64_t n, int64_t keys) {
+    const auto& p = probs[(*next)++];
+    auto qb = q.narrow(2, i0 * group, n * group), dob = dout.narrow(2, i0 * group, n * group);
+    auto kb = k.narrow(2, 0, keys), vb = v.narrow(2, 0, keys);
+    dv.narrow(2, 0, keys).add_(torch::matmul(p.transpose(-1, -2), dob));
+    auto ds = torch::matmul(dob, vb.transpose(-1, -2)).contiguous();
+    softmax_backward_rows(ds, p, group, q_offset + i0, attention_scale(q));
+    dq.narrow(2, i0 * group, n * group).copy_(torch::matmul(ds, kb));
+    dk.narrow(2, 0, keys).add_(torch::matmul(ds.transpose(-1, -2), qb));
+  });
+  return {dq, dk, dv};
 }
 
 // One autograd node for the attention of every sample in a packed stream, so slicing the stream
@@ -354,9 +401,8 @@ struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
       auto qs = fold_queries(q.narrow(0, start, len).unsqueeze(0), kvh);
       auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
       auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
-      auto [o, probs] = attention_forward(qs, ks, vs, len, 0);
+      auto o = attention_forward(qs, ks, vs, len, 0, &saved);
       out.narrow(0, start, len).copy_(unfold_queries(o, len).squeeze(0));
-      saved.push_back(probs);
       start += len;
     }
     ctx->save_for_backward(saved);
@@ -372,13 +418,13 @@ struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
     auto dout = grads[0].reshape(q.sizes());
     auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
     int64_t start = 0;
-    for (size_t i = 0; i < seq_lens.size(); ++i) {
-      const int64_t len = seq_lens[i];
+    size_t next = 3;  // saved[3..] are the probability blocks, in forward order
+    for (int64_t len : seq_lens) {
       auto qs = fold_queries(q.narrow(0, start, len).unsqueeze(0), kvh);
       auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
       auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
       auto dos = fold_queries(dout.narrow(0, start, len).unsqueeze(0), kvh);
-      auto [gq, gk, gv] = attention_backward(qs, ks, vs, saved[3 + i], dos, len, 0);
+      auto [gq, gk, gv] = attention_backward(qs, ks, vs, saved, &next, dos, len, 0);
       dq.narrow(0, start, len).copy_(unfold_queries(gq, len).squeeze(0));
       dk.narrow(0, start, len).copy_(gk.squeeze(0).permute({1, 0, 2}));
       dv.narrow(0, start, len).copy_(gv.squeeze(0).permute({1, 0, 2}));
@@ -419,7 +465,7 @@ torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
                           (q.requires_grad() || k.requires_grad() || v.requires_grad());
   if (!use_kernels(q) || needs_grad) return composed::cached_attention(q, k, v, q_offset);
   const int64_t B = q.size(0), t = q.size(1);
-  auto out = attention_forward(fold_queries(q, k.size(1)), k, v, t, q_offset).first;
+  auto out = attention_forward(fold_queries(q, k.size(1)), k, v, t, q_offset, nullptr);
   return unfold_queries(out, t).reshape({B, t, -1});
 }
 

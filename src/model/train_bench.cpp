@@ -23,7 +23,7 @@ double measure_matmul_flops(const Compute& compute, int64_t n) {
   auto a = torch::randn({n, n}, opts), b = torch::randn({n, n}, opts);
   auto c = torch::matmul(a, b);  // warm-up: oneDNN picks and caches its kernel here
   double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 10; ++rep) {
     sync(compute);
     double t0 = now_s();
     c = torch::matmul(a, b);
@@ -67,30 +67,44 @@ TrainBenchResult bench_train(Transformer& model, const TrainBenchOptions& o,
     return std::make_pair(tokens, torch::tensor(pos, torch::kInt64));
   };
 
+  // One optimizer step over micro_batches packed rows; returns (mean loss, sum of len^2).
+  TrainBenchResult r;
   auto step = [&]() {
-    std::vector<int64_t> lens;
-    auto [tokens, pos] = make_row(lens);
     opt.zero_grad();
-    auto logits = model.forward_packed(tokens.narrow(0, 0, o.seq_len), pos, lens).logits;
-    auto target = tokens.narrow(0, 1, o.seq_len).to(logits.device());
-    auto loss = torch::nn::functional::cross_entropy(logits, target);
-    loss.backward();
+    double loss_sum = 0, sum_sq = 0;
+    for (int64_t mb = 0; mb < o.micro_batches; ++mb) {
+      std::vector<int64_t> lens;
+      auto [tokens, pos] = make_row(lens);
+      double t0 = now_s();
+      auto logits = model.forward_packed(tokens.narrow(0, 0, o.seq_len), pos, lens).logits;
+      auto target = tokens.narrow(0, 1, o.seq_len).to(logits.device());
+      auto loss = torch::nn::functional::cross_entropy(logits, target) / o.micro_batches;
+      sync(model.compute());
+      double t1 = now_s();
+      loss.backward();
+      sync(model.compute());
+      r.forward_s += t1 - t0;
+      r.backward_s += now_s() - t1;
+      loss_sum += loss.item<double>();
+      for (int64_t len : lens) sum_sq += double(len) * len;
+    }
+    double t2 = now_s();
     opt.step();
-    double sum_sq = 0;
-    for (int64_t len : lens) sum_sq += double(len) * len;
-    return std::make_pair(loss.item<double>(), sum_sq);
+    sync(model.compute());
+    r.optimizer_s += now_s() - t2;
+    return std::make_pair(loss_sum, sum_sq);
   };
 
-  TrainBenchResult r;
   r.matmul_flops = measure_matmul_flops(model.compute());
   step();  // warm-up: allocator and kernel selection
-  sync(model.compute());
+  r.forward_s = r.backward_s = r.optimizer_s = 0;
   double t0 = now_s();
   while (r.tokens < o.tokens) {
     auto [loss, sum_sq] = step();
-    r.tokens += o.seq_len;
+    const int64_t step_tokens = o.seq_len * o.micro_batches;
+    r.tokens += step_tokens;
     r.steps += 1;
-    r.model_flops += train_flops(cfg, o.seq_len, sum_sq);
+    r.model_flops += train_flops(cfg, step_tokens, sum_sq);
     r.final_loss = loss;
     if (on_step) on_step(r.steps, loss);
   }
