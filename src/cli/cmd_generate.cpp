@@ -45,6 +45,7 @@ void run_generate(const GenerateFlags& f) {
     std::fflush(stdout);
   });
   std::fputs("\n", stdout);
+  std::fflush(stdout);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::fprintf(stderr, "[%zu tokens in %.2f s, %.1f tokens/s, finish: %s]\n", result.tokens.size(),
                s, result.tokens.size() / s, result.finish_reason.c_str());

@@ -30,38 +30,55 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view data) {
+  AtomicFileWriter out(path);
+  out.write(data.data(), data.size());
+  out.commit();
+}
+
+AtomicFileWriter::AtomicFileWriter(const std::filesystem::path& path) : path_(path) {
   std::filesystem::path dir = path.parent_path();
   if (!dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) throw Error("cannot create directory: " + ec.message(), dir.string());
   }
-  std::string tmp = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
-                    std::to_string(std::random_device{}());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot create file: " + errno_text(), tmp);
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+  tmp_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
+         std::to_string(std::random_device{}());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error("cannot create file: " + errno_text(), tmp_);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd_, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error("cannot write file: " + why, tmp);
+      throw Error("cannot write file: " + errno_text(), tmp_);
     }
-    done += static_cast<size_t>(n);
+    p += n;
+    size -= static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw Error("cannot flush file: " + why, tmp);
+}
+
+void AtomicFileWriter::commit() {
+  int rc = ::fsync(fd_);
+  std::string why = rc == 0 ? "" : errno_text();
+  if (::close(fd_) != 0 && rc == 0) {
+    rc = -1;
+    why = errno_text();
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw Error("cannot rename into place: " + why, path.string());
+  fd_ = -1;
+  if (rc != 0) throw Error("cannot flush file: " + why, tmp_);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    throw Error("cannot rename into place: " + errno_text(), path_.string());
   }
+  committed_ = true;
 }
 
 MappedFile::MappedFile(const std::filesystem::path& path) : path_(path) {

@@ -16,6 +16,26 @@ std::string read_file(const std::filesystem::path& path);
 // bytes go to a temporary file in the same directory, are flushed to disk, then renamed over.
 void write_file_atomic(const std::filesystem::path& path, std::string_view data);
 
+// A file written to a temporary name in the same directory and renamed over `path` by commit()
+// (after fsync), so readers see the old file or the whole new one; removed if never committed.
+// Lets large outputs stream to disk in pieces.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::filesystem::path& path);  // creates parent directories
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t size);
+  void commit();
+
+ private:
+  std::filesystem::path path_;
+  std::string tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
 // A read-only memory map of a whole file. Movable, not copyable; unmaps on destruction.
 class MappedFile {
  public:

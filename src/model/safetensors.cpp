@@ -1,14 +1,9 @@
 #include "model/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <set>
 #include <system_error>
 
@@ -150,59 +145,6 @@ std::pair<uint64_t, uint64_t> parse_offsets(const Json& v, const std::string& wh
   if (begin > end) fail(where, "data_offsets [{}, {}] have begin > end", begin, end);
   return {begin, end};
 }
-
-// A file written to a temporary name in the same directory and renamed over `path` on commit();
-// removed if never committed. Lets tensor bytes stream to disk without concatenating them.
-class AtomicFileWriter {
- public:
-  explicit AtomicFileWriter(const std::filesystem::path& path) : path_(path) {
-    tmp_ = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
-           std::to_string(std::random_device{}());
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error(fmt::format("cannot create file: {}", std::strerror(errno)), tmp_);
-  }
-  ~AtomicFileWriter() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  AtomicFileWriter(const AtomicFileWriter&) = delete;
-  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
-
-  void write(const void* data, size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      ssize_t n = ::write(fd_, p, size);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw Error(fmt::format("cannot write file: {}", std::strerror(errno)), tmp_);
-      }
-      p += n;
-      size -= static_cast<size_t>(n);
-    }
-  }
-
-  void commit() {
-    int rc = ::fsync(fd_);
-    int err = errno;
-    if (::close(fd_) != 0 && rc == 0) {
-      rc = -1;
-      err = errno;
-    }
-    fd_ = -1;
-    if (rc != 0) throw Error(fmt::format("cannot flush file: {}", std::strerror(err)), tmp_);
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      throw Error(fmt::format("cannot rename into place: {}", std::strerror(errno)),
-                  path_.string());
-    }
-    committed_ = true;
-  }
-
- private:
-  std::filesystem::path path_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 // Checks names, shapes and byte counts of tensors about to be written; returns the byte sizes.
 std::vector<uint64_t> validate_for_write(const std::vector<TensorData>& tensors,

@@ -78,6 +78,16 @@ TEST_F(CliModel, GenerateIsDeterministicPerSeed) {
   EXPECT_EQ(greedy.status, 0) << greedy.output;
 }
 
+TEST_F(CliModel, BenchTrainReportsThroughputAndUtilisation) {
+  auto r = run_trellis("bench train --model " + dir_.string() +
+                       " --seq-len 64 --micro-batches 2 --tokens 128");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "tokens/s");
+  EXPECT_CONTAINS(r.output, "MFU");
+  EXPECT_CONTAINS(r.output, "per step: forward");
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
+}
+
 TEST_F(CliModel, TruncatedSafetensorsIsAnError) {
   auto dir = copy("truncated");
   auto file = dir / "model.safetensors";
