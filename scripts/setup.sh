@@ -7,9 +7,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format
   libtorch-dev libopenblas0-pthread          # tensors/autograd; OpenBLAS keeps fp32 matmul fast
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
-  libpcre2-dev libicu-dev libsodium-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  python3
+  libpcre2-dev libicu-dev                     # tokenizer regexes (Unicode classes), NFC
+  libgtest-dev
 )
 
 missing=()
