@@ -53,7 +53,7 @@ Transformer::Transformer(const HfConfig& config, const Compute& compute)
   lm_head_ =
       config.tie_word_embeddings ? embed_ : add_param("lm_head.weight", {config.vocab_size, d});
 
-  // RoPE tables in fp64 then fp32, as HF computes inv_freq in fp32 from an int64 arange.
+  // RoPE tables: inv_freq in fp32 from an int64 arange and angles in fp32, as HF computes them.
   auto inv_freq = 1.0 / torch::pow(config.rope_theta,
                                    torch::arange(0, hd, 2, torch::kInt64).to(torch::kFloat32) / hd);
   auto t = torch::arange(config.max_position_embeddings, torch::kInt64).to(torch::kFloat32);

@@ -34,15 +34,22 @@ class CliModel : public ::testing::Test {
     auto r = run_trellis("model init --arch qwen3 --preset tiny --seed 1 --out " + dir_.string());
     ASSERT_EQ(r.status, 0) << r.output;
   }
-  // A copy of the model to corrupt.
+  static void TearDownTestSuite() {
+    for (const auto& d : made_) fs::remove_all(d);
+    fs::remove_all(dir_);
+  }
+  // A copy of the model to corrupt (removed after the suite).
   fs::path copy(const std::string& name) {
     auto dst = fresh_dir(name);
     fs::copy(dir_, dst, fs::copy_options::recursive);
+    made_.push_back(dst);
     return dst;
   }
   static fs::path dir_;
+  static std::vector<fs::path> made_;
 };
 fs::path CliModel::dir_;
+std::vector<fs::path> CliModel::made_;
 
 TEST(Cli, VersionAndHelp) {
   auto v = run_trellis("--version");
