@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs every dependency Trellis builds and tests with (Debian packages). Idempotent and
-# non-interactive: safe to run again, and in CI.
+# Installs every dependency Trellis builds and tests with (Debian packages, then the npm packages
+# the interop tests compare against). Idempotent and non-interactive: safe to run again, and in CI.
 set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format
@@ -10,6 +11,10 @@ PACKAGES=(
   libpcre2-dev libicu-dev                     # tokenizer regexes (Unicode classes), NFC
   libgtest-dev
 )
+# Node.js runs the reference implementations in tests/interop (HF tokenizers). A node/npm already on
+# PATH (e.g. from NodeSource, which bundles npm) is used as is; Debian's packages only if absent.
+command -v node >/dev/null 2>&1 || PACKAGES+=(nodejs)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -17,12 +22,24 @@ for p in "${PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "setup: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# The npm packages pinned by tests/interop/package-lock.json. npm ci rewrites
+# node_modules/.package-lock.json on every install, so that file is absent or older than
+# package-lock.json exactly when the install is missing, interrupted or stale.
+INTEROP="$ROOT/tests/interop"
+if [ ! -f "$INTEROP/node_modules/.package-lock.json" ] ||
+  [ "$INTEROP/package-lock.json" -nt "$INTEROP/node_modules/.package-lock.json" ]; then
+  echo "setup: npm ci in tests/interop"
+  npm ci --prefix "$INTEROP" --no-audit --no-fund --loglevel=error </dev/null
+else
+  echo "setup: tests/interop/node_modules up to date"
+fi
 echo "setup: done"
