@@ -12,11 +12,12 @@ namespace trellis::test {
 
 struct CliResult {
   int status = -1;     // exit status
-  std::string output;  // stdout and stderr together
+  std::string output;  // stdout, and stderr too unless dropped
 };
 
-inline CliResult run_trellis(const std::string& args) {
-  std::string cmd = std::string(TRELLIS_BIN) + " " + args + " 2>&1 </dev/null";
+inline CliResult run_trellis(const std::string& args, bool with_stderr = true) {
+  std::string cmd = std::string(TRELLIS_BIN) + " " + args +
+                    (with_stderr ? " 2>&1" : " 2>/dev/null") + " </dev/null";
   CliResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
