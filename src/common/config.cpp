@@ -122,28 +122,9 @@ const toml::node& Config::node(std::string_view key) const {
   return *n;
 }
 
-std::string Config::get_string(std::string_view key) const {
-  auto v = node(key).value<std::string>();
-  if (!v) throw Error("config key '" + std::string(key) + "' must be a string");
-  return *v;
-}
-
-int64_t Config::get_int(std::string_view key) const {
-  auto v = node(key).value<int64_t>();
-  if (!v) throw Error("config key '" + std::string(key) + "' must be an integer");
-  return *v;
-}
-
-double Config::get_double(std::string_view key) const {
-  auto v = node(key).value<double>();
-  if (!v) throw Error("config key '" + std::string(key) + "' must be a number");
-  return *v;
-}
-
-bool Config::get_bool(std::string_view key) const {
-  auto v = node(key).value<bool>();
-  if (!v) throw Error("config key '" + std::string(key) + "' must be a boolean");
-  return *v;
+void Config::throw_wrong_type(std::string_view key) const {
+  throw Error(fmt::format("config key '{}' holds {}, not the type asked for", key,
+                          type_name(node(key).type())));
 }
 
 std::string Config::to_toml() const {

@@ -28,10 +28,14 @@ class Config {
   void merge_toml(std::string_view text, const std::string& where);
   void apply_override(std::string_view assignment);
 
-  std::string get_string(std::string_view key) const;
-  int64_t get_int(std::string_view key) const;
-  double get_double(std::string_view key) const;
-  bool get_bool(std::string_view key) const;
+  // The value at a dotted key: T is std::string, int64_t, double or bool. Error if the key is
+  // missing or holds another type.
+  template <typename T>
+  T get(std::string_view key) const {
+    auto v = node(key).value<T>();
+    if (!v) throw_wrong_type(key);
+    return *v;
+  }
 
   // The resolved configuration as TOML text (what `trellis config show` prints and what a run
   // saves as config.toml).
@@ -39,6 +43,7 @@ class Config {
 
  private:
   const toml::node& node(std::string_view key) const;
+  [[noreturn]] void throw_wrong_type(std::string_view key) const;
   void merge_table(const toml::table& src, const std::string& prefix, const std::string& where);
 
   toml::table table_;

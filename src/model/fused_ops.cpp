@@ -25,17 +25,6 @@ inline T from_f(float v) {
   return static_cast<T>(v);
 }
 
-// A row of T as floats: the row itself for float, else converted into buf.
-template <typename T>
-const float* load(const T* src, float* buf, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    return src;
-  } else {
-    vec::bf16_to_float(reinterpret_cast<const uint16_t*>(src), buf, n);
-    return buf;
-  }
-}
-
 // Copies (float) or converts (bf16) a row into buf and returns buf.
 template <typename T>
 float* load_into(const T* src, float* buf, int64_t n) {
@@ -171,7 +160,8 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
         for (int64_t i = b; i < e; i += kBlock) {
           const int64_t m = std::min(kBlock, e - i);
           float* y = buf.data() + 2 * kBlock;
-          vec::silu_mul(load(g + i, buf.data(), m), load(u + i, buf.data() + kBlock, m), y, m);
+          vec::silu_mul(load_into(g + i, buf.data(), m), load_into(u + i, buf.data() + kBlock, m),
+                        y, m);
           store(y, o + i, m);
         }
       });
@@ -199,8 +189,8 @@ struct SwigluFn : torch::autograd::Function<SwigluFn> {
               *ou = og + kBlock;
         for (int64_t i = b; i < e; i += kBlock) {
           const int64_t m = std::min(kBlock, e - i);
-          vec::silu_mul_backward(load(g + i, bg, m), load(u + i, bu, m), load(gyp + i, bd, m), og,
-                                 ou, m);
+          vec::silu_mul_backward(load_into(g + i, bg, m), load_into(u + i, bu, m),
+                                 load_into(gyp + i, bd, m), og, ou, m);
           store(og, dg + i, m);
           store(ou, du + i, m);
         }

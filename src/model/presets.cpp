@@ -8,10 +8,8 @@
 namespace trellis::model {
 namespace {
 
-// Token ids of the byte-level tokenizer written by write_byte_level_tokenizer().
-constexpr int64_t kEndOfText = 256, kImEnd = 258, kBeginOfText = 259, kEndOfTextLlama = 260,
-                  kEotId = 263;
-// 256 bytes + 8 specials, rounded up to a multiple of 64 as real checkpoints pad their vocab.
+// The byte-level tokenizer's 256 bytes + 8 specials, rounded up to a multiple of 64 as real
+// checkpoints pad their vocab.
 constexpr int64_t kVocab = 320;
 
 }  // namespace
@@ -43,23 +41,30 @@ HfConfig preset_config(Arch arch, const std::string& preset) {
     throw Error("unknown preset '" + preset + "' (use tiny or small)", "--preset");
   }
   c.head_dim = c.hidden_size / c.num_attention_heads;
-  if (arch == Arch::Llama) {
-    c.bos_token_id = kBeginOfText;
-    c.eos_token_ids = {kEotId, kEndOfTextLlama};
-  } else {
-    c.bos_token_id = kEndOfText;
-    c.eos_token_ids = {kImEnd, kEndOfText};
-  }
   return c;
 }
 
 void init_model_dir(const std::filesystem::path& dir, Arch arch, const std::string& preset,
                     uint64_t seed) {
   HfConfig config = preset_config(arch, preset);
+  const bool llama = arch == Arch::Llama;
+  write_byte_level_tokenizer(dir, llama ? "llama3" : "chatml");
+  // Special ids come from the tokenizer just written. As in the real checkpoints, Qwen uses
+  // <|endoftext|> as bos and stops on it after <|im_end|>; Llama-3 stops on <|eot_id|> and
+  // <|end_of_text|>.
+  Tokenizer tok = Tokenizer::load(dir);
+  auto id = [&](const char* token) { return static_cast<int64_t>(tok.token_to_id(token).value()); };
+  const int64_t end_of_text = id(llama ? "<|end_of_text|>" : "<|endoftext|>");
+  config.bos_token_id = llama ? id("<|begin_of_text|>") : end_of_text;
+  config.eos_token_ids = {tok.eos_ids().at(0), end_of_text};
+  if (tok.vocab_size() > config.vocab_size) {
+    throw Error(fmt::format("tokenizer has {} tokens, more than the preset's vocab {}",
+                            tok.vocab_size(), config.vocab_size),
+                dir.string());
+  }
   Transformer model(config, Compute{});
   model.init_random(seed);
   save_transformer(model, dir, StoreDtype::BF16);
-  write_byte_level_tokenizer(dir, arch == Arch::Llama ? "llama3" : "chatml");
   Json gen;
   if (config.bos_token_id) gen["bos_token_id"] = *config.bos_token_id;
   gen["eos_token_id"] = config.eos_token_ids;

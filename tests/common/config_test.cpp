@@ -11,13 +11,13 @@ namespace {
 
 TEST(Config, DefaultsParseAndEveryLayerApplies) {
   Config c = Config::defaults();
-  EXPECT_EQ(c.get_string("compute.device"), "cpu");
+  EXPECT_EQ(c.get<std::string>("compute.device"), "cpu");
   c.merge_toml("[run]\nseed = 4\n[log]\nlevel = \"debug\"\n", "a.toml");
   c.apply_override("run.seed=7");
   c.apply_override("run.name=my run");
-  EXPECT_EQ(c.get_int("run.seed"), 7);
-  EXPECT_EQ(c.get_string("log.level"), "debug");
-  EXPECT_EQ(c.get_string("run.name"), "my run");
+  EXPECT_EQ(c.get<int64_t>("run.seed"), 7);
+  EXPECT_EQ(c.get<std::string>("log.level"), "debug");
+  EXPECT_EQ(c.get<std::string>("run.name"), "my run");
   // The printed config parses back to the same values.
   Config again = Config::defaults();
   again.merge_toml(c.to_toml(), "printed");
