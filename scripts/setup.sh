@@ -9,6 +9,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread          # tensors/autograd; OpenBLAS keeps fp32 matmul fast
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libicu-dev                     # tokenizer regexes (Unicode classes), NFC
+  libcpp-httplib-dev                          # the OpenAI-compatible server and HTTP tests
   libgtest-dev
 )
 # Node.js runs the reference implementations in tests/interop (HF tokenizers). A node/npm already on
