@@ -31,12 +31,13 @@
 namespace trellis::engine {
 
 struct EngineOptions {
-  int64_t max_num_seqs = 256;      // completions decoding at once (C3PO++'s Ω_infer)
-  int64_t kv_cache_tokens = 0;     // KV cache capacity in tokens; 0 = max_num_seqs x context
-  int64_t block_size = 16;         // tokens per KV block
-  int64_t max_batch_tokens = 4096; // tokens per forward: decodes plus prefill chunks
-  int64_t vocab_limit = 0;         // sample only ids below this (the tokenizer's size); 0 = model's
-  int64_t max_retention = 0;       // C3PO++ σ: purge completions spanning more versions; 0 = never
+  int64_t max_num_seqs = 256;       // completions decoding at once (C3PO++'s Ω_infer)
+  int64_t kv_cache_tokens = 0;      // KV cache capacity in tokens (all sequences together);
+                                    // 0 = what kv_cache_mib holds, at most max_num_seqs x context
+  int64_t kv_cache_mib = 4096;      // memory for the KV cache when kv_cache_tokens = 0
+  int64_t max_batch_tokens = 4096;  // tokens per forward: decodes plus prefill chunks
+  int64_t vocab_limit = 0;    // sample only ids below this (the tokenizer's size); 0 = model's
+  int64_t max_retention = 0;  // C3PO++ σ: purge completions spanning more versions; 0 = never
 };
 
 struct Request {
@@ -60,8 +61,8 @@ struct Completion {
   uint64_t seed = 0;  // the sample seed (request seed + index)
   std::vector<int32_t> prompt;
   std::vector<int32_t> tokens;
-  std::vector<float> logprobs;     // behaviour log-prob of each token (sampler.h)
-  std::vector<int64_t> versions;   // the policy version that sampled each token
+  std::vector<float> logprobs;    // behaviour log-prob of each token (sampler.h)
+  std::vector<int64_t> versions;  // the policy version that sampled each token
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;  // when requested
   Finish finish = Finish::kNone;
 };
@@ -126,6 +127,7 @@ class Engine {
   // Ends the request's unfinished completions with Finish::kAbort (their on_finish fires).
   // Unknown or finished ids are ignored.
   void abort(const std::string& request_id);
+  void abort_all();
 
   StepStats step();
   bool has_work() const;

@@ -459,6 +459,32 @@ torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
   return unfold_queries(out, t).reshape({B, t, -1});
 }
 
+bool skinny_linear_supported(const torch::Tensor& x, const torch::Tensor& weight) {
+  return x.device().is_cpu() && x.scalar_type() == torch::kBFloat16 &&
+         weight.scalar_type() == torch::kBFloat16 && x.numel() <= 4 * x.size(-1) &&
+         vec::has_avx512_bf16();
+}
+
+torch::Tensor skinny_linear(const torch::Tensor& x, const torch::Tensor& weight,
+                            const torch::Tensor& bias) {
+  TORCH_CHECK(
+      skinny_linear_supported(x, weight) && weight.dim() == 2 && x.size(-1) == weight.size(1),
+      "skinny_linear: bf16 CPU x [..., K] with at most 4 rows and weight [N, K] expected");
+  const int64_t K = weight.size(1), N = weight.size(0), M = x.numel() / K;
+  auto xc = x.reshape({M, K}).contiguous();
+  auto w = weight.contiguous();
+  auto out = torch::empty({M, N}, x.options().dtype(torch::kFloat32));
+  const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr());
+  const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr());
+  float* op = out.data_ptr<float>();
+  at::parallel_for(
+      0, N, 64, [&](int64_t b, int64_t e) { vec::skinny_matmul_bf16(xp, M, wp, K, b, e, N, op); });
+  if (bias.defined()) out += bias.to(torch::kFloat32);
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end() - 1);
+  shape.push_back(N);
+  return out.to(x.scalar_type()).view(shape);
+}
+
 namespace composed {
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {

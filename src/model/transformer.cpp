@@ -86,6 +86,7 @@ void Transformer::init_random(uint64_t seed) {
     }
   }
   cast_cache_.clear();
+  concat_cache_.clear();
 }
 
 std::vector<torch::Tensor> Transformer::parameters() const {
@@ -103,6 +104,7 @@ torch::Tensor Transformer::parameter(const std::string& name) const {
 void Transformer::set_requires_grad(bool requires_grad) {
   for (auto& [_, p] : params_) p.requires_grad_(requires_grad);
   cast_cache_.clear();
+  concat_cache_.clear();
 }
 
 torch::Tensor Transformer::w(const torch::Tensor& master) {
@@ -117,6 +119,53 @@ torch::Tensor Transformer::w(const torch::Tensor& master) {
   return slot.value;
 }
 
+// Up to this many rows a matmul streams its weight (fused::skinny_linear) rather than calling the
+// GEMM library, whose weight packing dominates when decoding one or two sequences.
+constexpr int64_t kSkinnyRows = 2;
+
+torch::Tensor Transformer::linear(const torch::Tensor& x, const torch::Tensor& weight,
+                                  const torch::Tensor& bias) {
+  if (!torch::GradMode::is_enabled() && x.numel() <= kSkinnyRows * x.size(-1) &&
+      fused::skinny_linear_supported(x, weight)) {
+    return fused::skinny_linear(x, weight, bias);
+  }
+  return F::linear(x, weight, bias);
+}
+
+torch::Tensor Transformer::concatenated(const std::vector<torch::Tensor>& masters) {
+  auto& slot = concat_cache_[masters[0].unsafeGetTensorImpl()];
+  std::vector<int64_t> versions;
+  for (const auto& m : masters) versions.push_back(m._version());
+  if (!slot.value.defined() || slot.versions != versions) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& m : masters) parts.push_back(m.to(compute_.dtype));
+    slot.value = torch::cat(parts);
+    slot.versions = versions;
+  }
+  return slot.value;
+}
+
+std::vector<torch::Tensor> Transformer::linear_split(const torch::Tensor& x,
+                                                     const std::vector<torch::Tensor>& weights,
+                                                     const std::vector<torch::Tensor>& biases) {
+  std::vector<torch::Tensor> out;
+  const bool has_bias = biases[0].defined();
+  if (torch::GradMode::is_enabled() && weights[0].requires_grad()) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      out.push_back(linear(x, w(weights[i]), has_bias ? w(biases[i]) : torch::Tensor()));
+    }
+    return out;
+  }
+  torch::NoGradGuard no_grad;
+  auto y = linear(x, concatenated(weights), has_bias ? concatenated(biases) : torch::Tensor());
+  int64_t offset = 0;
+  for (const auto& weight : weights) {
+    out.push_back(y.narrow(-1, offset, weight.size(0)));
+    offset += weight.size(0);
+  }
+  return out;
+}
+
 torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor& weight) {
   return fused::rms_norm(x, weight, config_.rms_norm_eps);
 }
@@ -124,16 +173,16 @@ torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor&
 std::array<torch::Tensor, 3> Transformer::project_qkv(const Layer& l, const torch::Tensor& h,
                                                       const torch::Tensor& cos,
                                                       const torch::Tensor& sin) {
-  auto heads = [&](torch::Tensor x, int64_t n) {
+  auto heads = [&](const torch::Tensor& x, int64_t n) {
     std::vector<int64_t> shape(h.sizes().begin(), h.sizes().end() - 1);
     shape.push_back(n);
     shape.push_back(config_.head_dim);
-    return x.view(shape);
+    return x.reshape(shape);
   };
-  auto bias = [&](const torch::Tensor& b) { return b.defined() ? w(b) : torch::Tensor(); };
-  auto q = heads(F::linear(h, w(l.q_w), bias(l.q_b)), config_.num_attention_heads);
-  auto k = heads(F::linear(h, w(l.k_w), bias(l.k_b)), config_.num_key_value_heads);
-  auto v = heads(F::linear(h, w(l.v_w), bias(l.v_b)), config_.num_key_value_heads);
+  auto qkv = linear_split(h, {l.q_w, l.k_w, l.v_w}, {l.q_b, l.k_b, l.v_b});
+  auto q = heads(qkv[0], config_.num_attention_heads);
+  auto k = heads(qkv[1], config_.num_key_value_heads);
+  auto v = heads(qkv[2], config_.num_key_value_heads);
   if (config_.qk_norm) {
     q = rms_norm(q, l.q_norm);
     k = rms_norm(k, l.k_norm);
@@ -142,17 +191,34 @@ std::array<torch::Tensor, 3> Transformer::project_qkv(const Layer& l, const torc
 }
 
 torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) {
-  auto gate = F::linear(x, w(l.gate_w));
-  auto up = F::linear(x, w(l.up_w));
-  return F::linear(fused::swiglu(gate, up), w(l.down_w));
+  auto gate_up = linear_split(x, {l.gate_w, l.up_w}, {torch::Tensor(), torch::Tensor()});
+  return linear(fused::swiglu(gate_up[0], gate_up[1]), w(l.down_w));
+}
+
+torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& cos,
+                                      const torch::Tensor& sin, const AttentionFn& attention) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin);
+    x = x + linear(attention(static_cast<int64_t>(i), q, k, v), w(l.o_w));
+    x = x + mlp(l, rms_norm(x, l.post_norm));
+  }
+  return x;
 }
 
 ForwardOutput Transformer::finish(const torch::Tensor& x, ForwardOptions options) {
   ForwardOutput out;
   auto h = rms_norm(x, final_norm_);
   if (options.hidden) out.hidden = h;
-  if (options.logits) out.logits = F::linear(h, w(lm_head_)).to(torch::kFloat32);
+  if (options.logits) out.logits = linear(h, w(lm_head_)).to(torch::kFloat32);
   return out;
+}
+
+void Transformer::check_positions(int64_t max_position) const {
+  if (max_position >= config_.max_position_embeddings) {
+    throw Error(fmt::format("position {} exceeds max_position_embeddings {}", max_position,
+                            config_.max_position_embeddings));
+  }
 }
 
 ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
@@ -168,19 +234,14 @@ ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
   if (tokens.dim() != 1 || positions.sizes() != tokens.sizes() || total != T) {
     throw Error("packed forward: tokens and positions must be [T] with sum(seq_lens) == T");
   }
-  const int64_t max_pos = positions.numel() ? positions.max().item<int64_t>() : 0;
-  if (max_pos >= config_.max_position_embeddings) {
-    throw Error(fmt::format("position {} exceeds max_position_embeddings {}", max_pos,
-                            config_.max_position_embeddings));
-  }
+  check_positions(positions.numel() ? positions.max().item<int64_t>() : 0);
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
   auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
-  auto x = F::embedding(tok, w(embed_));
-  for (const Layer& l : layers_) {
-    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin);
-    x = x + F::linear(fused::packed_attention(q, k, v, seq_lens), w(l.o_w));
-    x = x + mlp(l, rms_norm(x, l.post_norm));
-  }
+  auto x = run_layers(
+      F::embedding(tok, w(embed_)), cos, sin,
+      [&](int64_t, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return fused::packed_attention(q, k, v, seq_lens);
+      });
   return finish(x, options);
 }
 
@@ -199,24 +260,34 @@ ForwardOutput Transformer::forward_step(const torch::Tensor& tokens, KVCache& ca
     throw Error(
         fmt::format("KV cache full: {} + {} tokens exceed capacity {}", P, t, cache.capacity_));
   }
-  if (P + t > config_.max_position_embeddings) {
-    throw Error(fmt::format("position {} exceeds max_position_embeddings {}", P + t - 1,
-                            config_.max_position_embeddings));
-  }
+  check_positions(P + t - 1);
   auto tok = tokens.to(compute_.device);
   auto cos = rope_cos_.narrow(0, P, t), sin = rope_sin_.narrow(0, P, t);
-  auto x = F::embedding(tok, w(embed_));  // [B, t, d]
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
-    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin);
-    cache.k_[i].narrow(2, P, t).copy_(k.permute({0, 2, 1, 3}));
-    cache.v_[i].narrow(2, P, t).copy_(v.permute({0, 2, 1, 3}));
-    auto ks = cache.k_[i].narrow(2, 0, P + t), vs = cache.v_[i].narrow(2, 0, P + t);
-    x = x + F::linear(fused::cached_attention(q, ks, vs, P), w(l.o_w));
-    x = x + mlp(l, rms_norm(x, l.post_norm));
-  }
+  auto x = run_layers(
+      F::embedding(tok, w(embed_)), cos, sin,  // x: [B, t, d]
+      [&](int64_t i, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        cache.k_[i].narrow(2, P, t).copy_(k.permute({0, 2, 1, 3}));
+        cache.v_[i].narrow(2, P, t).copy_(v.permute({0, 2, 1, 3}));
+        auto ks = cache.k_[i].narrow(2, 0, P + t);
+        auto vs = cache.v_[i].narrow(2, 0, P + t);
+        return fused::cached_attention(q, ks, vs, P);
+      });
   cache.length_ = P + t;
   return finish(x, options);
+}
+
+ForwardOutput Transformer::forward_tokens(const torch::Tensor& tokens,
+                                          const torch::Tensor& positions,
+                                          const AttentionFn& attention, const torch::Tensor& rows,
+                                          ForwardOptions options) {
+  if (tokens.dim() != 1 || positions.sizes() != tokens.sizes() || tokens.numel() == 0) {
+    throw Error("forward_tokens: tokens and positions must be non-empty [T]");
+  }
+  check_positions(positions.max().item<int64_t>());
+  auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
+  auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
+  auto x = run_layers(F::embedding(tok, w(embed_)), cos, sin, attention);
+  return finish(rows.defined() ? x.index_select(0, rows.to(compute_.device)) : x, options);
 }
 
 }  // namespace trellis::model

@@ -6,18 +6,21 @@
 // ("model.layers.0.self_attn.q_proj.weight", ...); the math runs in the compute dtype (bf16 on
 // hardware that has it), casting weights on the fly so gradients reach the fp32 masters.
 //
-// Two forward paths share every layer function:
+// Three forward paths share every layer function and differ only in attention:
 //  (a) forward_packed: several samples concatenated into one token stream, positions restarting
 //      per sample, attention confined to each sample (training, validation prefill);
-//  (b) forward_step: new tokens for a batch of sequences appended to a KVCache (generation).
-// Both can return the final hidden states (the LM head's input) in addition to, or instead of,
-// the logits.
+//  (b) forward_step: new tokens for a batch of sequences appended to a KVCache (generation);
+//  (c) forward_tokens: attention supplied by the caller (the rollout engine's paged KV cache).
+// All can return the final hidden states (the LM head's input) in addition to, or instead of,
+// the logits. Without autograd (generation) the Q/K/V and gate/up projections run as one matmul
+// each on cached concatenated weights, and matmuls of a few rows use a weight-streaming kernel.
 //
 // Not thread-safe: one forward at a time per instance.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -54,6 +57,12 @@ class KVCache {
   int64_t batch_, capacity_, length_ = 0;
 };
 
+// Attention of one layer for forward_tokens: q [T, heads, hd] and k, v [T, kv_heads, hd] of the
+// new tokens (normed and rotated) in, [T, heads * hd] out. The caller decides where keys and
+// values are kept and which of them each query sees.
+using AttentionFn = std::function<torch::Tensor(int64_t layer, const torch::Tensor& q,
+                                                const torch::Tensor& k, const torch::Tensor& v)>;
+
 class Transformer {
  public:
   // Allocates zeroed fp32 parameters for `config`; call init_random() or load weights.
@@ -84,6 +93,12 @@ class Transformer {
   ForwardOutput forward_step(const torch::Tensor& tokens, KVCache& cache,
                              ForwardOptions options = {});
 
+  // (c) tokens, positions: int64 [T]. Only `rows` (int64 indices into T; undefined = all) reach
+  // the final norm and the LM head, so outputs are [rows, ...].
+  ForwardOutput forward_tokens(const torch::Tensor& tokens, const torch::Tensor& positions,
+                               const AttentionFn& attention, const torch::Tensor& rows = {},
+                               ForwardOptions options = {});
+
  private:
   struct Layer {
     torch::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, q_norm, k_norm;
@@ -94,13 +109,24 @@ class Transformer {
   // The compute-dtype version of a master weight: cast per call when autograd is on; cached
   // (and refreshed when the master changes) under NoGradGuard, so generation pays no cast.
   torch::Tensor w(const torch::Tensor& master);
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
+                       const torch::Tensor& bias = {});
+  // x @ [w_0; w_1; ...].T split back into one output per weight: one matmul on a cached
+  // concatenation without autograd, separate matmuls with it (no copies in the backward).
+  std::vector<torch::Tensor> linear_split(const torch::Tensor& x,
+                                          const std::vector<torch::Tensor>& weights,
+                                          const std::vector<torch::Tensor>& biases);
+  torch::Tensor concatenated(const std::vector<torch::Tensor>& masters);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight);
   // q [..., heads, hd], k and v [..., kv_heads, hd] from normed input h [..., d]: projected,
   // q/k-normed (Qwen3) and rotated.
   std::array<torch::Tensor, 3> project_qkv(const Layer& layer, const torch::Tensor& h,
                                            const torch::Tensor& cos, const torch::Tensor& sin);
   torch::Tensor mlp(const Layer& layer, const torch::Tensor& x);
+  torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
+                           const AttentionFn& attention);
   ForwardOutput finish(const torch::Tensor& x, ForwardOptions options);
+  void check_positions(int64_t max_position) const;
 
   HfConfig config_;
   Compute compute_;
@@ -114,6 +140,11 @@ class Transformer {
     torch::Tensor value;
   };
   std::unordered_map<const void*, Cast> cast_cache_;
+  struct Concat {
+    std::vector<int64_t> versions;
+    torch::Tensor value;
+  };
+  std::unordered_map<const void*, Concat> concat_cache_;  // keyed by the first master
 };
 
 }  // namespace trellis::model

@@ -1,6 +1,10 @@
 #include "model/vec_math.h"
 
 #include <bit>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -74,6 +78,53 @@ float dot(const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+
+bool has_avx512_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+#else
+  return false;
+#endif
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12's _mm512_reduce_add_ps reads a deliberately undefined register half.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void skinny_matmul_bf16(
+    const uint16_t* x, int64_t rows, const uint16_t* w, int64_t K, int64_t j0, int64_t j1,
+    int64_t N, float* out) {
+  constexpr int64_t kMaxRows = 4;
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint16_t* wr = w + j * K;
+    // Two partial sums per row hide the dot-product latency.
+    __m512 acc[kMaxRows][2];
+    for (int64_t m = 0; m < rows; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 64) {
+      const __mmask32 m0 = K - k >= 32 ? ~__mmask32{0} : (__mmask32{1} << (K - k)) - 1;
+      const __mmask32 m1 =
+          K - k >= 64 ? ~__mmask32{0} : (K - k <= 32 ? 0 : (__mmask32{1} << (K - k - 32)) - 1);
+      const __m512i w0 = _mm512_maskz_loadu_epi16(m0, wr + k);
+      const __m512i w1 = _mm512_maskz_loadu_epi16(m1, wr + k + 32);
+      for (int64_t m = 0; m < rows; ++m) {
+        const uint16_t* xr = x + m * K + k;
+        acc[m][0] =
+            _mm512_dpbf16_ps(acc[m][0], (__m512bh)_mm512_maskz_loadu_epi16(m0, xr), (__m512bh)w0);
+        acc[m][1] = _mm512_dpbf16_ps(acc[m][1], (__m512bh)_mm512_maskz_loadu_epi16(m1, xr + 32),
+                                     (__m512bh)w1);
+      }
+    }
+    for (int64_t m = 0; m < rows; ++m) {
+      out[m * N + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#else
+void skinny_matmul_bf16(const uint16_t*, int64_t, const uint16_t*, int64_t, int64_t, int64_t,
+                        int64_t, float*) {}
+#endif
 
 TRELLIS_VECTOR_CLONES
 void silu_mul(const float* g, const float* u, float* y, int64_t n) {

@@ -17,6 +17,13 @@ void float_to_bf16(const float* src, uint16_t* dst, int64_t n);
 float exp_scaled_sum(float* x, float scale, float shift, int64_t n);
 float max_value(const float* x, int64_t n);  // -inf for n == 0
 float dot(const float* a, const float* b, int64_t n);
+// Whether the CPU has AVX512-BF16 dot products (vdpbf16ps), which the skinny matmul needs.
+bool has_avx512_bf16();
+// out[m * N + j] = Σ_k x[m * K + k] * w[j * K + k] for m < rows (rows <= 4), j in [j0, j1), all
+// bf16 bit patterns but out, with fp32 accumulation. One pass over each weight row serves every
+// row of x. Only call when has_avx512_bf16().
+void skinny_matmul_bf16(const uint16_t* x, int64_t rows, const uint16_t* w, int64_t K, int64_t j0,
+                        int64_t j1, int64_t N, float* out);
 
 // y = silu(g) * u
 void silu_mul(const float* g, const float* u, float* y, int64_t n);

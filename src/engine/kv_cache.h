@@ -1,0 +1,49 @@
+// PagedKVCache: the rollout engine's key/value memory, one pool of fixed-size blocks shared by all
+// sequences (vLLM's PagedAttention layout), so long and short sequences share memory without
+// fragmentation. A sequence owns a block table; blocks are reference-counted so that the n
+// completions of one prompt share the prompt's blocks and copy a block only before writing into it.
+//
+// Per layer, keys are stored [block, kv_head, head_dim, block_size] (token index innermost, so a
+// query's scores against one block are a vector of block_size lanes) and values
+// [block, kv_head, block_size, head_dim].
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/compute.h"
+#include "model/hf_config.h"
+
+namespace trellis::engine {
+
+class PagedKVCache {
+ public:
+  PagedKVCache(const model::HfConfig& config, int64_t num_blocks, int64_t block_size,
+               const model::Compute& compute);
+
+  int64_t num_blocks() const { return static_cast<int64_t>(refs_.size()); }
+  int64_t block_size() const { return block_size_; }
+  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t blocks_for(int64_t tokens) const { return (tokens + block_size_ - 1) / block_size_; }
+
+  // A fresh block with one reference; Error when none is free (callers check free_blocks()).
+  int32_t allocate();
+  void retain(int32_t block) { ++refs_.at(block); }
+  void release(int32_t block);
+  int32_t refs(int32_t block) const { return refs_.at(block); }
+  // A private copy of `block` (all layers), for a writer that shares it; drops one reference.
+  int32_t copy_on_write(int32_t block);
+
+  const torch::Tensor& keys(int64_t layer) const { return k_[layer]; }
+  const torch::Tensor& values(int64_t layer) const { return v_[layer]; }
+
+ private:
+  int64_t block_size_;
+  std::vector<torch::Tensor> k_, v_;
+  std::vector<int32_t> refs_;
+  std::vector<int32_t> free_;  // a stack: recently freed blocks are reused first (warm in cache)
+};
+
+}  // namespace trellis::engine

@@ -1,0 +1,35 @@
+// Attention over the paged KV cache for one layer of a mixed batch: prefill chunks and single
+// decode tokens of many sequences in one token stream. The new tokens' keys and values are written
+// to their slots first, then each query attends causally to its own sequence's cached positions
+// 0 .. its position, following the sequence's block table.
+#pragma once
+
+#include <torch/torch.h>
+
+namespace trellis::engine {
+
+constexpr int64_t kBlockSize = 16;  // tokens per KV block: one AVX-512 vector of fp32 scores
+
+struct PagedBatch {
+  torch::Tensor slots;         // int64 [T]: block * kBlockSize + offset receiving token t's k/v
+  torch::Tensor positions;     // int64 [T]: token t sees cached positions 0 .. positions[t]
+  torch::Tensor token_seq;     // int64 [T]: token t's row in block_tables
+  torch::Tensor block_tables;  // int32 [S, max_blocks]: each sequence's blocks in order
+};
+
+// q [T, heads, hd], k and v [T, kv_heads, hd] in the cache's dtype; key_cache
+// [blocks, kv_heads, hd, kBlockSize], value_cache [blocks, kv_heads, kBlockSize, hd]. Returns
+// [T, heads * hd]. CPU: a fused kernel; other devices: the composed version below.
+torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& key_cache,
+                              const torch::Tensor& value_cache, const PagedBatch& batch);
+
+namespace composed {
+// The same from ATen ops: gathers each sequence's keys into a contiguous tensor and runs the
+// model's composed attention. Any device; the tests' second code path.
+torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
+                              const torch::Tensor& v, const torch::Tensor& key_cache,
+                              const torch::Tensor& value_cache, const PagedBatch& batch);
+}  // namespace composed
+
+}  // namespace trellis::engine
