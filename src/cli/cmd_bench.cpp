@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "common/logging.h"
+#include "engine/generate_bench.h"
 #include "model/checkpoint.h"
 #include "model/train_bench.h"
 
@@ -44,6 +45,41 @@ void run_bench_train(const BenchTrainFlags& f) {
               1e3 * r.optimizer_s / r.steps, r.final_loss);
 }
 
+struct BenchGenerateFlags {
+  std::string model;
+  engine::GenerateBenchOptions options;
+  ComputeFlags compute;
+};
+
+void run_bench_generate(const BenchGenerateFlags& f) {
+  auto compute = setup_compute(f.compute);
+  auto transformer = model::load_transformer(f.model, compute);
+  const auto& c = transformer->config();
+  const auto& o = f.options;
+  std::printf(
+      "bench generate: %s (%s, %.1fM params), %s, %d threads, batch %lld, prompt %lld tokens, "
+      "%lld new tokens each\n",
+      f.model.c_str(), model::arch_name(c.arch), c.num_parameters() / 1e6,
+      compute.describe().c_str(), torch::get_num_threads(), static_cast<long long>(o.batch),
+      static_cast<long long>(o.prompt_len), static_cast<long long>(o.max_tokens));
+  auto r = engine::bench_generate(*transformer, o, [](int64_t done, int64_t total) {
+    std::fprintf(stderr, "\r  %lld/%lld tokens", static_cast<long long>(done),
+                 static_cast<long long>(total));
+    std::fflush(stderr);
+  });
+  std::fprintf(stderr, "\n");
+  std::printf("%-6s %8s %10s %12s %15s %14s %14s %6s\n", "dtype", "batch", "tokens/s",
+              "decode tok/s", "decode step ms", "model TFLOP/s", "matmul TFLOP/s", "util");
+  std::printf("%-6s %8lld %10.1f %12.1f %15.2f %14.3f %14.3f %5.1f%%\n",
+              compute.bf16() ? "bf16" : "fp32", static_cast<long long>(o.batch), r.tokens_per_s,
+              r.decode_tokens_per_s, r.decode_step_ms, r.achieved_flops / 1e12,
+              r.matmul_flops / 1e12, 100.0 * r.utilization);
+  std::printf(
+      "%lld tokens in %.2f s: prefill %.2f s (%lld prompt tokens), %lld decode steps %.2f s\n",
+      static_cast<long long>(r.generated), r.seconds, r.prefill_s,
+      static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.decode_steps), r.decode_s);
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app) {
@@ -67,6 +103,27 @@ void add_bench_commands(CLI::App& app) {
   train->add_option("--seed", f.options.seed, "data seed")->capture_default_str();
   add_compute_flags(train, f.compute);
   train->callback([] { run_bench_train(f); });
+
+  static BenchGenerateFlags g;
+  auto* gen = bench->add_subcommand(
+      "generate", "Concurrent generation through the engine: tokens/s and FLOP utilisation");
+  gen->add_option("--model", g.model, "Hugging Face model directory")->required();
+  gen->add_option("--batch", g.options.batch, "concurrent sequences")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  gen->add_option("--prompt-len", g.options.prompt_len, "tokens per (random) prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  gen->add_option("--max-tokens", g.options.max_tokens, "tokens generated per sequence")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  gen->add_option("--max-batch-tokens", g.options.max_batch_tokens,
+                  "tokens per forward (decodes plus prefill chunks)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  gen->add_option("--seed", g.options.seed, "prompt and sampling seed")->capture_default_str();
+  add_compute_flags(gen, g.compute);
+  gen->callback([] { run_bench_generate(g); });
 }
 
 }  // namespace trellis::cli

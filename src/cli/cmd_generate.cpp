@@ -1,70 +1,253 @@
-// `trellis generate`: load a model and complete one prompt, streaming the text to stdout.
+// `trellis generate`: complete prompts with the rollout engine. Either one --prompt, streamed to
+// stdout as it is sampled, or a JSONL file of prompts (--input) completed with continuous batching
+// into a JSONL file of results (--output), with a progress bar on a terminal.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <map>
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
 #include "common/logging.h"
+#include "engine/engine.h"
 #include "model/checkpoint.h"
-#include "model/generate.h"
 #include "model/tokenizer.h"
 
 namespace trellis::cli {
 namespace {
 
 struct GenerateFlags {
-  std::string model, prompt;
-  model::GenerateOptions options;
+  std::string model, prompt, input, output;
+  int64_t n = 1, max_tokens = 256, top_k = 0, max_num_seqs = 256;
+  double temperature = 1.0, top_p = 1.0;
+  uint64_t seed = 0;
+  bool chat = false;
   ComputeFlags compute;
 };
 
-void run_generate(const GenerateFlags& f) {
-  auto compute = setup_compute(f.compute);
-  auto tok = model::Tokenizer::load(f.model);
-  auto transformer = model::load_transformer(f.model, compute);
-  std::vector<int32_t> prompt;
-  if (auto bos = tok.bos_id(); bos && transformer->config().arch == model::Arch::Llama) {
-    prompt.push_back(*bos);  // Llama-3 expects <|begin_of_text|>; Qwen adds no BOS
-  }
-  for (int32_t id : tok.encode(f.prompt)) prompt.push_back(id);
-  if (prompt.empty()) throw Error("the prompt is empty", "--prompt");
-  std::vector<int64_t> stop;
-  for (int32_t id : tok.eos_ids()) stop.push_back(id);
-  for (int64_t id : transformer->config().eos_token_ids) stop.push_back(id);
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
-  auto options = f.options;
-  options.vocab_limit = tok.vocab_size();
-  log::info("{}: {} prompt tokens, up to {} new tokens on {}", f.model, prompt.size(),
-            f.options.max_tokens, compute.describe());
-  auto t0 = std::chrono::steady_clock::now();
+// Everything a prompt needs besides its text: tokenizer, BOS convention and stop ids.
+struct Prompting {
+  model::Tokenizer tok;
+  bool add_bos;
+  std::vector<int32_t> stop_ids;
+
+  Prompting(const std::string& dir, const model::Transformer& m)
+      : tok(model::Tokenizer::load(dir)) {
+    add_bos = m.config().arch == model::Arch::Llama && tok.bos_id().has_value();
+    stop_ids = tok.eos_ids();
+    for (int64_t id : m.config().eos_token_ids) stop_ids.push_back(static_cast<int32_t>(id));
+  }
+
+  std::vector<int32_t> encode(const std::string& text) const {
+    std::vector<int32_t> ids;
+    if (add_bos) ids.push_back(*tok.bos_id());  // Llama-3 expects <|begin_of_text|>; Qwen none
+    for (int32_t id : tok.encode(text)) ids.push_back(id);
+    return ids;
+  }
+};
+
+engine::Request base_request(const GenerateFlags& f, const Prompting& p) {
+  engine::Request r;
+  r.n = f.n;
+  r.max_tokens = f.max_tokens;
+  r.stop_ids = p.stop_ids;
+  r.sampling = {f.temperature, f.top_k, f.top_p};
+  r.seed = f.seed;
+  return r;
+}
+
+void generate_one(const GenerateFlags& f, engine::Engine& engine, const Prompting& p) {
+  auto r = base_request(f, p);
+  r.id = "prompt";
+  r.n = 1;
+  r.prompt = p.encode(f.prompt);
   std::fputs(f.prompt.c_str(), stdout);
-  auto result = model::generate(*transformer, prompt, stop, options, [&](int32_t id) {
-    if (tok.is_special(id)) return;
-    std::string bytes = tok.token_bytes(id);
-    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-    std::fflush(stdout);
-  });
+  engine::Completion done;
+  engine.add(std::move(r), {.on_token =
+                                [&](const engine::TokenEvent& e) {
+                                  if (p.tok.is_special(e.token)) return;
+                                  std::string bytes = p.tok.token_bytes(e.token);
+                                  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+                                  std::fflush(stdout);
+                                },
+                            .on_finish = [&](engine::Completion c) { done = std::move(c); }});
+  const auto t0 = std::chrono::steady_clock::now();
+  while (engine.has_work()) engine.step();
+  const double s = seconds_since(t0);
   std::fputs("\n", stdout);
   std::fflush(stdout);
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr, "[%zu tokens in %.2f s, %.1f tokens/s, finish: %s]\n", result.tokens.size(),
-               s, result.tokens.size() / s, result.finish_reason.c_str());
+  std::fprintf(stderr, "[%zu tokens in %.2f s, %.1f tokens/s, finish: %s]\n", done.tokens.size(), s,
+               done.tokens.size() / s, engine::finish_name(done.finish));
+}
+
+// One input line: {"prompt": "..."} or {"prompt_token_ids": [...]}, optionally "id"; with --chat,
+// "prompt" is one user message.
+struct InputLine {
+  Json id;
+  std::string prompt;
+  std::vector<int32_t> ids;
+};
+
+std::vector<InputLine> read_input(const GenerateFlags& f, const Prompting& p) {
+  std::ifstream in(f.input);
+  if (!in) throw Error("cannot open the input file", f.input);
+  std::vector<InputLine> lines;
+  std::string text;
+  for (int64_t number = 1; std::getline(in, text); ++number) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", f.input, number);
+    auto j = parse_json(text, where);
+    if (!j.is_object()) throw Error("each line must be a JSON object", where);
+    InputLine line;
+    line.id = j.contains("id") ? j["id"] : Json();
+    if (j.contains("prompt_token_ids")) {
+      line.ids = json_required<std::vector<int32_t>>(j, "prompt_token_ids", where);
+    } else {
+      line.prompt = json_required<std::string>(j, "prompt", where);
+      line.ids = p.encode(line.prompt);
+    }
+    if (line.ids.empty()) throw Error("the prompt is empty", where);
+    lines.push_back(std::move(line));
+  }
+  if (lines.empty()) throw Error("no prompts in the input file", f.input);
+  return lines;
+}
+
+Json completion_json(const engine::Completion& c, const Prompting& p) {
+  return Json{{"text", p.tok.decode(c.tokens, /*skip_special=*/true)},
+              {"token_ids", c.tokens},
+              {"logprobs", c.logprobs},
+              {"finish_reason", engine::finish_name(c.finish)},
+              {"seed", c.seed}};
+}
+
+// "[#######.......] 12/64 completions | 3,456 tok/s | ETA 0:12" redrawn in place.
+void draw_progress(int64_t done, int64_t total, int64_t tokens, double seconds) {
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
+  const double rate = seconds > 0 ? tokens / seconds : 0;
+  const double eta = done > 0 ? seconds * (total - done) / done : 0;
+  std::fprintf(stderr, "\r[%s%s] %lld/%lld completions | %.0f tok/s | ETA %d:%02d ",
+               std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+               static_cast<long long>(done), static_cast<long long>(total), rate,
+               static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+  std::fflush(stderr);
+}
+
+void generate_file(const GenerateFlags& f, engine::Engine& engine, const Prompting& p) {
+  auto lines = read_input(f, p);
+  std::vector<std::vector<engine::Completion>> results(lines.size());
+  std::vector<int64_t> remaining(lines.size(), f.n);
+  AtomicFileWriter out(f.output);
+  size_t next_to_write = 0;
+  int64_t done = 0, tokens = 0;
+  const int64_t total = static_cast<int64_t>(lines.size()) * f.n;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto r = base_request(f, p);
+    r.id = std::to_string(i);
+    r.prompt = lines[i].ids;
+    engine.add(std::move(r), {.on_finish = [&, i](engine::Completion c) {
+                 tokens += static_cast<int64_t>(c.tokens.size());
+                 ++done;
+                 --remaining[i];
+                 results[i].push_back(std::move(c));
+               }});
+  }
+  const bool tty = ::isatty(STDERR_FILENO);
+  log::info("{} prompts x {} completions, up to {} new tokens each", lines.size(), f.n,
+            f.max_tokens);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (engine.has_work()) {
+    engine.step();
+    // Lines go out in input order as soon as all of a line's completions are in.
+    for (; next_to_write < lines.size() && remaining[next_to_write] == 0; ++next_to_write) {
+      auto& cs = results[next_to_write];
+      std::sort(cs.begin(), cs.end(),
+                [](const auto& a, const auto& b) { return a.index < b.index; });
+      Json row{{"index", next_to_write}, {"prompt_tokens", lines[next_to_write].ids.size()}};
+      if (!lines[next_to_write].id.is_null()) row["id"] = lines[next_to_write].id;
+      if (!lines[next_to_write].prompt.empty()) row["prompt"] = lines[next_to_write].prompt;
+      row["completions"] = Json::array();
+      for (const auto& c : cs) row["completions"].push_back(completion_json(c, p));
+      // Token bytes need not be valid UTF-8: replace broken sequences with U+FFFD, as HF does.
+      const std::string text = row.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+      out.write(text.data(), text.size());
+      cs.clear();
+    }
+    if (tty) draw_progress(done, total, tokens, seconds_since(t0));
+  }
+  out.commit();
+  const double s = seconds_since(t0);
+  if (tty) std::fputs("\n", stderr);
+  std::fprintf(stderr, "%lld completions, %lld tokens in %.1f s (%.1f tokens/s) -> %s\n",
+               static_cast<long long>(done), static_cast<long long>(tokens), s, tokens / s,
+               f.output.c_str());
+}
+
+void run_generate(const GenerateFlags& f) {
+  if (f.prompt.empty() == f.input.empty()) {
+    throw Error("give exactly one of --prompt TEXT or --input FILE.jsonl", "trellis generate");
+  }
+  if (!f.input.empty() && f.output.empty()) {
+    throw Error("--input needs --output FILE.jsonl for the results", "trellis generate");
+  }
+  if (f.chat) throw Error("--chat needs a chat template (not yet supported)", "trellis generate");
+  auto compute = setup_compute(f.compute);
+  auto transformer = model::load_transformer(f.model, compute);
+  Prompting p(f.model, *transformer);
+  engine::EngineOptions options;
+  options.max_num_seqs = f.max_num_seqs;
+  options.vocab_limit = p.tok.vocab_size();
+  engine::Engine engine(*transformer, options);
+  log::info("{} on {}", f.model, compute.describe());
+  if (!f.prompt.empty()) {
+    generate_one(f, engine, p);
+  } else {
+    generate_file(f, engine, p);
+  }
 }
 
 }  // namespace
 
 void add_generate_command(CLI::App& app) {
   static GenerateFlags f;
-  auto* cmd = app.add_subcommand("generate", "Complete a prompt with a model (simple sampling)");
+  auto* cmd = app.add_subcommand(
+      "generate", "Complete a prompt (--prompt) or a JSONL file of prompts (--input/--output)");
   cmd->add_option("--model", f.model, "Hugging Face model directory")->required();
-  cmd->add_option("--prompt", f.prompt, "prompt text")->required();
-  cmd->add_option("--max-tokens", f.options.max_tokens, "new tokens at most")
+  cmd->add_option("--prompt", f.prompt, "one prompt, streamed to stdout");
+  cmd->add_option("--input", f.input,
+                  "JSONL of prompts: {\"prompt\": TEXT} or {\"prompt_token_ids\": [...]}, "
+                  "optional \"id\"");
+  cmd->add_option("--output", f.output, "JSONL of results, one line per input line, in order");
+  cmd->add_option("--n", f.n, "completions per prompt")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--max-tokens", f.max_tokens, "new tokens at most")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--temperature", f.temperature, "sampling temperature (0 = greedy)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--temperature", f.options.temperature, "sampling temperature (0 = greedy)")
+  cmd->add_option("--top-p", f.top_p, "nucleus sampling mass (1 = off)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--seed", f.options.seed, "sampling seed")->capture_default_str();
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-k", f.top_k, "sample among the k most likely tokens (0 = off)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--seed", f.seed, "sampling seed (completion i of a prompt uses seed + i)")
+      ->capture_default_str();
+  cmd->add_flag("--chat", f.chat, "treat each prompt as a user message in the chat template");
+  cmd->add_option("--max-num-seqs", f.max_num_seqs, "sequences decoded at once")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_compute_flags(cmd, f.compute);
   cmd->callback([] { run_generate(f); });
 }

@@ -23,8 +23,10 @@ namespace {
 namespace vec = model::vec;
 constexpr int64_t B = kBlockSize;
 
-inline float to_f(float v) { return v; }
-inline float to_f(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+__attribute__((always_inline)) inline float to_f(float v) { return v; }
+__attribute__((always_inline)) inline float to_f(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
 
 struct Shape {
   int64_t kv_heads, group, hd;  // group: query heads per kv head
@@ -32,10 +34,13 @@ struct Shape {
 
 // One query token against one kv head: its `group` query heads share every key/value load.
 // Scratch: scores [group, n rounded up to B], acc, qf and out [group, hd], inv [group].
+// always_inline: the kernels must be compiled inside each target_clones variant below.
+#define TRELLIS_INLINE inline __attribute__((always_inline))
+
 template <typename T>
-inline void attend_one(const T* q, const T* kc, const T* vc, const int32_t* table, int64_t n,
-                       int64_t g, const Shape& s, float* scores, float* acc, float* qf, float* inv,
-                       float* out) {
+TRELLIS_INLINE void attend_one(const T* q, const T* kc, const T* vc, const int32_t* table,
+                               int64_t n, int64_t g, const Shape& s, float* scores, float* acc,
+                               float* qf, float* inv, float* out) {
   const int64_t G = s.group, hd = s.hd, nb = (n + B - 1) / B, npad = nb * B;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t i = 0; i < G * hd; ++i) qf[i] = to_f(q[i]) * scale;
@@ -76,9 +81,10 @@ inline void attend_one(const T* q, const T* kc, const T* vc, const int32_t* tabl
 
 // Attends `count` (token, kv head) tasks starting at `first`; see attend_one.
 template <typename T>
-inline void attend_range(int64_t first, int64_t count, const T* q, const T* kc, const T* vc,
-                         const int32_t* tables, int64_t max_blocks, const int64_t* positions,
-                         const int64_t* token_seq, const Shape& s, T* out) {
+TRELLIS_INLINE void attend_range(int64_t first, int64_t count, const T* q, const T* kc, const T* vc,
+                                 const int32_t* tables, int64_t max_blocks,
+                                 const int64_t* positions, const int64_t* token_seq, const Shape& s,
+                                 T* out) {
   const int64_t G = s.group, hd = s.hd, H = s.kv_heads * G;
   std::vector<float> scores, acc(G * hd), qf(G * hd), o(G * hd), inv(G);
   for (int64_t task = first; task < first + count; ++task) {

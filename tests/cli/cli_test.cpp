@@ -88,6 +88,68 @@ TEST_F(CliModel, GenerateIsDeterministicPerSeed) {
   EXPECT_CONTAINS(stats.output, "tokens/s");
 }
 
+TEST_F(CliModel, GenerateJsonlCompletesEveryLineInOrder) {
+  auto dir = fresh_dir("jsonl");
+  fs::create_directories(dir);
+  {
+    std::ofstream in(dir / "prompts.jsonl");
+    in << R"({"prompt": "hello", "id": "a"})" << "\n"
+       << "\n"  // blank lines are skipped
+       << R"({"prompt_token_ids": [104, 105, 106]})" << "\n"
+       << R"({"prompt": "a longer prompt with several words in it"})" << "\n";
+  }
+  const std::string base = "generate --model " + dir_.string() + " --input " +
+                           (dir / "prompts.jsonl").string() +
+                           " --n 2 --max-tokens 9 --seed 3 --output ";
+  auto r = run_trellis(base + (dir / "a.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "6 completions");
+  std::ifstream out(dir / "a.jsonl");
+  std::vector<Json> rows;
+  for (std::string line; std::getline(out, line);) rows.push_back(Json::parse(line));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["id"], "a");
+  EXPECT_EQ(rows[1]["prompt_tokens"], 3);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["index"], i);
+    ASSERT_EQ(rows[i]["completions"].size(), 2u);
+    for (int k = 0; k < 2; ++k) {
+      const auto& c = rows[i]["completions"][k];
+      EXPECT_EQ(c["seed"], 3 + k);
+      EXPECT_EQ(c["token_ids"].size(), c["logprobs"].size());
+      EXPECT_LE(c["token_ids"].size(), 9u);
+      const std::string reason = c["finish_reason"];
+      EXPECT_TRUE(reason == "stop" || (reason == "length" && c["token_ids"].size() == 9u));
+      for (double lp : c["logprobs"]) EXPECT_LE(lp, 0.0);
+    }
+  }
+  // Same seed, same file.
+  ASSERT_EQ(run_trellis(base + (dir / "b.jsonl").string()).status, 0);
+  EXPECT_EQ(read_file(dir / "a.jsonl"), read_file(dir / "b.jsonl"));
+
+  // A malformed line is an error naming the file and line; no output file is left behind.
+  {
+    std::ofstream in(dir / "bad.jsonl");
+    in << R"({"prompt": "ok"})" << "\n" << R"({"prompt": )" << "\n";
+  }
+  auto bad = run_trellis("generate --model " + dir_.string() + " --input " +
+                         (dir / "bad.jsonl").string() + " --output " + (dir / "c.jsonl").string());
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_CONTAINS(bad.output, "bad.jsonl:2");
+  EXPECT_FALSE(fs::exists(dir / "c.jsonl"));
+  fs::remove_all(dir);
+}
+
+TEST_F(CliModel, BenchGenerateReportsThroughputAndUtilisation) {
+  auto r = run_trellis("bench generate --model " + dir_.string() +
+                       " --batch 4 --prompt-len 16 --max-tokens 8");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "tokens/s");
+  EXPECT_CONTAINS(r.output, "decode step ms");
+  EXPECT_CONTAINS(r.output, "32 tokens in");
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
+}
+
 TEST_F(CliModel, BenchTrainReportsThroughputAndUtilisation) {
   auto r = run_trellis("bench train --model " + dir_.string() +
                        " --seq-len 64 --micro-batches 2 --tokens 128");

@@ -1,0 +1,89 @@
+#include "engine/generate_bench.h"
+
+#include <chrono>
+#include <random>
+
+#include "engine/engine.h"
+#include "engine/paged_attention.h"
+#include "model/train_bench.h"
+
+namespace trellis::engine {
+namespace {
+
+std::vector<Request> random_requests(const model::HfConfig& config, const GenerateBenchOptions& o,
+                                     int64_t max_tokens, const std::string& tag) {
+  std::mt19937_64 rng(o.seed);
+  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(config.vocab_size - 1));
+  std::vector<Request> out;
+  for (int64_t i = 0; i < o.batch; ++i) {
+    Request r;
+    r.id = tag + std::to_string(i);
+    for (int64_t j = 0; j < o.prompt_len; ++j) r.prompt.push_back(id(rng));
+    r.max_tokens = max_tokens;
+    r.seed = o.seed + static_cast<uint64_t>(i);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+double generate_flops(const model::HfConfig& c, int64_t batch, int64_t prompt_len,
+                      int64_t max_tokens) {
+  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim;
+  const double per_layer = double(d) * q * 2 + double(d) * kv * 2 + 3.0 * d * c.intermediate_size;
+  const double matmul_params = c.num_hidden_layers * per_layer + double(c.vocab_size) * d;
+  // Fed tokens sit at positions 0 .. prompt_len + max_tokens - 2 (the last sampled token is never
+  // fed back); the one at position p attends to p + 1 keys.
+  const double fed = prompt_len + max_tokens - 1;
+  const double keys = fed * (fed + 1) / 2;
+  const double attention = 4.0 * c.num_hidden_layers * q * keys;
+  return batch * (2.0 * matmul_params * fed + attention);
+}
+
+GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenchOptions& o,
+                                   const std::function<void(int64_t, int64_t)>& on_progress) {
+  GenerateBenchResult r;
+  r.matmul_flops = model::measure_matmul_flops(model.compute());
+  EngineOptions eo;
+  eo.max_num_seqs = o.batch;
+  eo.max_batch_tokens = o.max_batch_tokens;
+  // Room for every sequence at full length: the benchmark measures batching, not preemption.
+  eo.kv_cache_tokens = o.batch * ((o.prompt_len + o.max_tokens) / kBlockSize + 2) * kBlockSize;
+  Engine engine(model, eo);
+  // Warm-up (untimed): weight casts, allocator, GEMM kernel choices for these shapes.
+  for (auto& req : random_requests(model.config(), o, 4, "warmup")) engine.add(std::move(req));
+  while (engine.has_work()) engine.step();
+
+  for (auto& req : random_requests(model.config(), o, o.max_tokens, "bench")) {
+    engine.add(std::move(req));
+  }
+  const int64_t total = o.batch * o.max_tokens;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t decode_only_tokens = 0;
+  while (engine.has_work()) {
+    auto st = engine.step();
+    ++r.steps;
+    if (st.prefill_tokens > 0) {
+      r.prefill_s += st.seconds;
+      r.prompt_tokens += st.prefill_tokens;
+    } else {
+      r.decode_s += st.seconds;
+      decode_only_tokens += st.decode_tokens;
+      ++r.decode_steps;
+    }
+    if (on_progress) on_progress(engine.stats().tokens_generated, total);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.generated = total;
+  r.tokens_per_s = r.generated / r.seconds;
+  r.decode_step_ms = r.decode_steps ? 1e3 * r.decode_s / r.decode_steps : 0;
+  r.decode_tokens_per_s = r.decode_s > 0 ? decode_only_tokens / r.decode_s : 0;
+  r.model_flops = generate_flops(model.config(), o.batch, o.prompt_len, o.max_tokens);
+  r.achieved_flops = r.model_flops / r.seconds;
+  r.utilization = r.achieved_flops / r.matmul_flops;
+  return r;
+}
+
+}  // namespace trellis::engine
