@@ -11,6 +11,13 @@
 #include "model/fused_ops.h"
 #include "model/vec_math.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TRELLIS_HAVE_AVX512_PATH 1
+// GCC 12's AVX-512 intrinsics pass a deliberately undefined register as the merge source.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TRELLIS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -32,71 +39,186 @@ struct Shape {
   int64_t kv_heads, group, hd;  // group: query heads per kv head
 };
 
-// One query token against one kv head: its `group` query heads share every key/value load.
-// Scratch: scores [group, n rounded up to B], acc, qf and out [group, hd], inv [group].
+// Scores of one query head against `nb` key blocks starting at block index b0: sc[j] = q . k_j.
+// Portable version; the AVX-512 one below keeps four blocks' scores in registers.
+template <typename T>
+inline __attribute__((always_inline)) void block_scores(const float* qh, const T* kc,
+                                                        const int32_t* table, int64_t b0,
+                                                        int64_t nb, int64_t stride, int64_t hd,
+                                                        float* out) {
+  for (int64_t b = b0; b < b0 + nb; ++b) {
+    const T* kb = kc + static_cast<int64_t>(table[b]) * stride;
+    float sc[B] = {};
+    for (int64_t d = 0; d < hd; ++d) {
+      const float qd = qh[d];
+      const T* kr = kb + d * B;
+      for (int64_t j = 0; j < B; ++j) sc[j] += qd * to_f(kr[j]);
+    }
+    std::memcpy(out + b * B, sc, sizeof(sc));
+  }
+}
+
+#ifdef TRELLIS_HAVE_AVX512_PATH
+#define TRELLIS_AVX512 __attribute__((target("avx512f,avx512bw"), always_inline)) inline
+
+TRELLIS_AVX512 __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+TRELLIS_AVX512 __m512 load16(const uint16_t* p) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// Four blocks at a time: four independent FMA chains hide the FMA latency (GCC leaves the portable
+// loop scalar: it unrolls the 16 lanes instead of vectorising them).
+template <typename T>
+__attribute__((target("avx512f,avx512bw"))) void block_scores_avx512(const float* qh, const T* kc,
+                                                                     const int32_t* table,
+                                                                     int64_t b0, int64_t nb,
+                                                                     int64_t stride, int64_t hd,
+                                                                     float* out) {
+  int64_t b = b0;
+  for (; b + 4 <= b0 + nb; b += 4) {
+    const T* k0 = kc + static_cast<int64_t>(table[b]) * stride;
+    const T* k1 = kc + static_cast<int64_t>(table[b + 1]) * stride;
+    const T* k2 = kc + static_cast<int64_t>(table[b + 2]) * stride;
+    const T* k3 = kc + static_cast<int64_t>(table[b + 3]) * stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t d = 0; d < hd; ++d) {
+      const __m512 qd = _mm512_set1_ps(qh[d]);
+      a0 = _mm512_fmadd_ps(qd, load16(k0 + d * B), a0);
+      a1 = _mm512_fmadd_ps(qd, load16(k1 + d * B), a1);
+      a2 = _mm512_fmadd_ps(qd, load16(k2 + d * B), a2);
+      a3 = _mm512_fmadd_ps(qd, load16(k3 + d * B), a3);
+    }
+    _mm512_storeu_ps(out + b * B, a0);
+    _mm512_storeu_ps(out + (b + 1) * B, a1);
+    _mm512_storeu_ps(out + (b + 2) * B, a2);
+    _mm512_storeu_ps(out + (b + 3) * B, a3);
+  }
+  for (; b < b0 + nb; ++b) {
+    const T* k0 = kc + static_cast<int64_t>(table[b]) * stride;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;  // two chains over even and odd d
+    int64_t d = 0;
+    for (; d + 2 <= hd; d += 2) {
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), load16(k0 + d * B), a0);
+      a1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 1]), load16(k0 + (d + 1) * B), a1);
+    }
+    if (d < hd) a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), load16(k0 + d * B), a0);
+    _mm512_storeu_ps(out + b * B, _mm512_add_ps(a0, a1));
+  }
+}
+#endif
+
+// acc[0 .. hd) += Σ_j w[j] * v_j for the m value rows of one block (rows hd apart). Portable
+// version; the AVX-512 one keeps the hd / 16 accumulators in registers.
+template <typename T>
+inline __attribute__((always_inline)) void block_values(const float* w, const T* vb, int64_t m,
+                                                        int64_t hd, float* acc) {
+  for (int64_t j = 0; j < m; ++j) {
+    const T* vr = vb + j * hd;
+    for (int64_t d = 0; d < hd; ++d) acc[d] += w[j] * to_f(vr[d]);
+  }
+}
+
+#ifdef TRELLIS_HAVE_AVX512_PATH
+template <typename T, int kChunks>
+__attribute__((target("avx512f,avx512bw"))) void block_values_fixed(const float* w, const T* vb,
+                                                                    int64_t m, float* acc) {
+  constexpr int64_t hd = 16 * kChunks;
+  __m512 a[kChunks];
+  for (int c = 0; c < kChunks; ++c) a[c] = _mm512_loadu_ps(acc + 16 * c);
+  for (int64_t j = 0; j < m; ++j) {
+    const __m512 wj = _mm512_set1_ps(w[j]);
+    for (int c = 0; c < kChunks; ++c)
+      a[c] = _mm512_fmadd_ps(wj, load16(vb + j * hd + 16 * c), a[c]);
+  }
+  for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(acc + 16 * c, a[c]);
+}
+
+template <typename T>
+void block_values_avx512(const float* w, const T* vb, int64_t m, int64_t hd, float* acc) {
+  switch (hd) {
+    case 64:
+      return block_values_fixed<T, 4>(w, vb, m, acc);
+    case 128:
+      return block_values_fixed<T, 8>(w, vb, m, acc);
+    default:
+      block_values(w, vb, m, hd, acc);
+  }
+}
+#endif
+
+// One query token, all heads. Blocks are visited in order and, within a block, kv head by kv head,
+// so each block's keys (then values) stream from memory once and contiguously; the query heads of
+// a group share each key/value load from L1.
+// Scratch: scores [heads, n rounded up to B]; qf, acc, out [heads, hd]; inv [heads].
 // always_inline: the kernels must be compiled inside each target_clones variant below.
 #define TRELLIS_INLINE inline __attribute__((always_inline))
 
-template <typename T>
-TRELLIS_INLINE void attend_one(const T* q, const T* kc, const T* vc, const int32_t* table,
-                               int64_t n, int64_t g, const Shape& s, float* scores, float* acc,
-                               float* qf, float* inv, float* out) {
-  const int64_t G = s.group, hd = s.hd, nb = (n + B - 1) / B, npad = nb * B;
+template <typename T, bool kAvx512>
+TRELLIS_INLINE void attend_token(const T* q, const T* kc, const T* vc, const int32_t* table,
+                                 int64_t n, const Shape& s, float* scores, float* acc, float* qf,
+                                 float* inv, float* out) {
+  const int64_t G = s.group, KV = s.kv_heads, H = KV * G, hd = s.hd;
+  const int64_t nb = (n + B - 1) / B, npad = nb * B;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int64_t i = 0; i < G * hd; ++i) qf[i] = to_f(q[i]) * scale;
-  for (int64_t b = 0; b < nb; ++b) {
-    const T* kb = kc + (static_cast<int64_t>(table[b]) * s.kv_heads + g) * hd * B;
-    for (int64_t h = 0; h < G; ++h) {
-      float sc[B] = {};
-      const float* qh = qf + h * hd;
-      for (int64_t d = 0; d < hd; ++d) {
-        const float qd = qh[d];
-        const T* kr = kb + d * B;
-        for (int64_t j = 0; j < B; ++j) sc[j] += qd * to_f(kr[j]);
+  for (int64_t i = 0; i < H * hd; ++i) qf[i] = to_f(q[i]) * scale;
+  const int64_t stride = KV * hd * B;  // between consecutive blocks of one kv head
+  constexpr int64_t kGroup = 4;        // blocks per pass: four independent FMA chains
+  for (int64_t b0 = 0; b0 < nb; b0 += kGroup) {
+    const int64_t nblk = std::min(kGroup, nb - b0);
+    for (int64_t h = 0; h < H; ++h) {
+      const T* kg = kc + (h / G) * hd * B;
+#ifdef TRELLIS_HAVE_AVX512_PATH
+      if constexpr (kAvx512) {
+        block_scores_avx512(qf + h * hd, kg, table, b0, nblk, stride, hd, scores + h * npad);
+        continue;
       }
-      std::memcpy(scores + h * npad + b * B, sc, sizeof(sc));
+#endif
+      block_scores(qf + h * hd, kg, table, b0, nblk, stride, hd, scores + h * npad);
     }
   }
-  std::fill(acc, acc + G * hd, 0.0f);
-  for (int64_t h = 0; h < G; ++h) {
+  for (int64_t h = 0; h < H; ++h) {
     float* sh = scores + h * npad;
     const float mx = vec::max_value(sh, n);
     inv[h] = 1.0f / vec::exp_scaled_sum(sh, 1.0f, mx, n);
   }
+  std::fill(acc, acc + H * hd, 0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    const T* vb = vc + (static_cast<int64_t>(table[b]) * s.kv_heads + g) * B * hd;
     const int64_t m = std::min(B, n - b * B);
-    for (int64_t j = 0; j < m; ++j) {
-      const T* vr = vb + j * hd;
-      for (int64_t h = 0; h < G; ++h) {
-        const float w = scores[h * npad + b * B + j];
-        float* ah = acc + h * hd;
-        for (int64_t d = 0; d < hd; ++d) ah[d] += w * to_f(vr[d]);
+    for (int64_t h = 0; h < H; ++h) {
+      const T* vb = vc + (static_cast<int64_t>(table[b]) * KV + h / G) * B * hd;
+      const float* w = scores + h * npad + b * B;
+#ifdef TRELLIS_HAVE_AVX512_PATH
+      if constexpr (kAvx512) {
+        block_values_avx512(w, vb, m, hd, acc + h * hd);
+        continue;
       }
+#endif
+      block_values(w, vb, m, hd, acc + h * hd);
     }
   }
-  for (int64_t h = 0; h < G; ++h)
+  for (int64_t h = 0; h < H; ++h)
     for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = acc[h * hd + d] * inv[h];
 }
 
-// Attends `count` (token, kv head) tasks starting at `first`; see attend_one.
-template <typename T>
+// Attends tokens [first, first + count); see attend_token.
+template <typename T, bool kAvx512>
 TRELLIS_INLINE void attend_range(int64_t first, int64_t count, const T* q, const T* kc, const T* vc,
                                  const int32_t* tables, int64_t max_blocks,
                                  const int64_t* positions, const int64_t* token_seq, const Shape& s,
                                  T* out) {
-  const int64_t G = s.group, hd = s.hd, H = s.kv_heads * G;
-  std::vector<float> scores, acc(G * hd), qf(G * hd), o(G * hd), inv(G);
-  for (int64_t task = first; task < first + count; ++task) {
-    const int64_t t = task / s.kv_heads, g = task % s.kv_heads, n = positions[t] + 1;
-    scores.resize(G * ((n + B - 1) / B) * B);
-    attend_one(q + (t * H + g * G) * hd, kc, vc, tables + token_seq[t] * max_blocks, n, g, s,
-               scores.data(), acc.data(), qf.data(), inv.data(), o.data());
-    T* dst = out + (t * H + g * G) * hd;
+  const int64_t H = s.kv_heads * s.group, hd = s.hd;
+  std::vector<float> scores, acc(H * hd), qf(H * hd), o(H * hd), inv(H);
+  for (int64_t t = first; t < first + count; ++t) {
+    const int64_t n = positions[t] + 1;
+    scores.resize(H * ((n + B - 1) / B) * B);
+    attend_token<T, kAvx512>(q + t * H * hd, kc, vc, tables + token_seq[t] * max_blocks, n, s,
+                             scores.data(), acc.data(), qf.data(), inv.data(), o.data());
+    T* dst = out + t * H * hd;
     if constexpr (std::is_same_v<T, float>) {
-      std::memcpy(dst, o.data(), G * hd * sizeof(float));
+      std::memcpy(dst, o.data(), H * hd * sizeof(float));
     } else {
-      vec::float_to_bf16(o.data(), dst, G * hd);
+      vec::float_to_bf16(o.data(), dst, H * hd);
     }
   }
 }
@@ -112,17 +234,42 @@ struct Args {
 
 TRELLIS_VECTOR_CLONES
 void attend_f32(int64_t first, int64_t count, const Args& a) {
-  attend_range(first, count, static_cast<const float*>(a.q), static_cast<const float*>(a.kc),
-               static_cast<const float*>(a.vc), a.tables, a.max_blocks, a.positions, a.token_seq,
-               a.shape, static_cast<float*>(a.out));
+  attend_range<float, false>(first, count, static_cast<const float*>(a.q),
+                             static_cast<const float*>(a.kc), static_cast<const float*>(a.vc),
+                             a.tables, a.max_blocks, a.positions, a.token_seq, a.shape,
+                             static_cast<float*>(a.out));
 }
 
 TRELLIS_VECTOR_CLONES
 void attend_bf16(int64_t first, int64_t count, const Args& a) {
-  attend_range(first, count, static_cast<const uint16_t*>(a.q), static_cast<const uint16_t*>(a.kc),
-               static_cast<const uint16_t*>(a.vc), a.tables, a.max_blocks, a.positions, a.token_seq,
-               a.shape, static_cast<uint16_t*>(a.out));
+  attend_range<uint16_t, false>(first, count, static_cast<const uint16_t*>(a.q),
+                                static_cast<const uint16_t*>(a.kc),
+                                static_cast<const uint16_t*>(a.vc), a.tables, a.max_blocks,
+                                a.positions, a.token_seq, a.shape, static_cast<uint16_t*>(a.out));
 }
+
+#ifdef TRELLIS_HAVE_AVX512_PATH
+__attribute__((target("avx512f,avx512bw"))) void attend_f32_avx512(int64_t first, int64_t count,
+                                                                   const Args& a) {
+  attend_range<float, true>(first, count, static_cast<const float*>(a.q),
+                            static_cast<const float*>(a.kc), static_cast<const float*>(a.vc),
+                            a.tables, a.max_blocks, a.positions, a.token_seq, a.shape,
+                            static_cast<float*>(a.out));
+}
+
+__attribute__((target("avx512f,avx512bw"))) void attend_bf16_avx512(int64_t first, int64_t count,
+                                                                    const Args& a) {
+  attend_range<uint16_t, true>(first, count, static_cast<const uint16_t*>(a.q),
+                               static_cast<const uint16_t*>(a.kc),
+                               static_cast<const uint16_t*>(a.vc), a.tables, a.max_blocks,
+                               a.positions, a.token_seq, a.shape, static_cast<uint16_t*>(a.out));
+}
+
+bool has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+#endif
 
 // Scatters the new tokens' keys (transposed into [hd, B] blocks) and values into their slots.
 template <typename T>
@@ -194,7 +341,17 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
          token_seq.data_ptr<int64_t>(),
          Shape{KV, H / KV, hd},
          out.data_ptr()};
-  at::parallel_for(0, T * KV, 1, [&](int64_t b, int64_t e) {
+  at::parallel_for(0, T, 1, [&](int64_t b, int64_t e) {
+#ifdef TRELLIS_HAVE_AVX512_PATH
+    if (has_avx512()) {
+      if (bf16) {
+        attend_bf16_avx512(b, e - b, a);
+      } else {
+        attend_f32_avx512(b, e - b, a);
+      }
+      return;
+    }
+#endif
     if (bf16) {
       attend_bf16(b, e - b, a);
     } else {
