@@ -83,7 +83,7 @@ Weights weigh(const float* logits, int64_t vocab, double temperature, const char
 
 // The tokens top-k / top-p keep, and their mass M (the final cumulative weight of the walk).
 struct Kept {
-  bool all = true;                     // every id in [0, vocab)
+  bool all = true;                    // every id in [0, vocab)
   const std::vector<int32_t>* ids{};  // ascending, when !all
   double mass = 0;
 };
@@ -145,7 +145,8 @@ Kept keep(const Weights& row, const SamplingParams& params) {
     auto extend = [&](int64_t n) {
       n = std::min(n, limit);
       if (n <= sorted) return;
-      if (n < vocab) std::nth_element(order.begin() + sorted, order.begin() + n, order.end(), before);
+      if (n < vocab)
+        std::nth_element(order.begin() + sorted, order.begin() + n, order.end(), before);
       std::sort(order.begin() + sorted, order.begin() + n, before);
       sorted = n;
     };
@@ -214,9 +215,8 @@ void validate_sampling(const SamplingParams& params, const std::string& where) {
 
 double sampling_uniform(uint64_t seed, int64_t position) {
   const auto pos = static_cast<uint64_t>(position);
-  const auto w = philox4x32(
-      {static_cast<uint32_t>(pos), static_cast<uint32_t>(pos >> 32), 0, 0},
-      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const auto w = philox4x32({static_cast<uint32_t>(pos), static_cast<uint32_t>(pos >> 32), 0, 0},
+                            {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   return uniform53(w[0], w[1]);
 }
 

@@ -93,10 +93,13 @@ TEST_F(CliModel, GenerateJsonlCompletesEveryLineInOrder) {
   fs::create_directories(dir);
   {
     std::ofstream in(dir / "prompts.jsonl");
-    in << R"({"prompt": "hello", "id": "a"})" << "\n"
+    in << R"({"prompt": "hello", "id": "a"})"
+       << "\n"
        << "\n"  // blank lines are skipped
-       << R"({"prompt_token_ids": [104, 105, 106]})" << "\n"
-       << R"({"prompt": "a longer prompt with several words in it"})" << "\n";
+       << R"({"prompt_token_ids": [104, 105, 106]})"
+       << "\n"
+       << R"({"prompt": "a longer prompt with several words in it"})"
+       << "\n";
   }
   const std::string base = "generate --model " + dir_.string() + " --input " +
                            (dir / "prompts.jsonl").string() +
@@ -130,7 +133,10 @@ TEST_F(CliModel, GenerateJsonlCompletesEveryLineInOrder) {
   // A malformed line is an error naming the file and line; no output file is left behind.
   {
     std::ofstream in(dir / "bad.jsonl");
-    in << R"({"prompt": "ok"})" << "\n" << R"({"prompt": )" << "\n";
+    in << R"({"prompt": "ok"})"
+       << "\n"
+       << R"({"prompt": )"
+       << "\n";
   }
   auto bad = run_trellis("generate --model " + dir_.string() + " --input " +
                          (dir / "bad.jsonl").string() + " --output " + (dir / "c.jsonl").string());
