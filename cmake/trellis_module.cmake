@@ -9,7 +9,9 @@ function(trellis_module name)
   target_link_libraries(trellis_${name} PUBLIC ${ARG_DEPS})
   target_compile_options(trellis_${name} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   if(ARG_TORCH)
-    target_link_libraries(trellis_${name} PUBLIC ${TORCH_LIBRARIES})
+    # OpenMP is public: every target that includes torch headers must compile at::parallel_for
+    # with it (see CMakeLists.txt).
+    target_link_libraries(trellis_${name} PUBLIC ${TORCH_LIBRARIES} OpenMP::OpenMP_CXX)
     target_precompile_headers(trellis_${name} PRIVATE <torch/torch.h>)
   endif()
 endfunction()

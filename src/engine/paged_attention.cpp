@@ -1,9 +1,12 @@
+// Paged attention on CPU. Decoding streams every cached key and value once per step, so the
+// kernels are built around memory: blocks are visited in order with the next ones prefetched, the
+// query heads of a kv group share each block while it is in L1, and bf16 caches are laid out for
+// AVX512-BF16 dot products (vdpbf16ps: two bf16 products per fp32 lane, no conversions).
 #include "engine/paged_attention.h"
 
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -16,6 +19,7 @@
 #define TRELLIS_HAVE_AVX512_PATH 1
 // GCC 12's AVX-512 intrinsics pass a deliberately undefined register as the merge source.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -24,70 +28,86 @@
 #define TRELLIS_VECTOR_CLONES
 #endif
 
+// always_inline: the helpers must be compiled inside each kernel's target variant.
+#define TRELLIS_INLINE inline __attribute__((always_inline))
+
 namespace trellis::engine {
 namespace {
 
 namespace vec = model::vec;
 constexpr int64_t B = kBlockSize;
 
-__attribute__((always_inline)) inline float to_f(float v) { return v; }
-__attribute__((always_inline)) inline float to_f(uint16_t bits) {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-}
-
 struct Shape {
   int64_t kv_heads, group, hd;  // group: query heads per kv head
 };
 
-// Scores of one query head against `nb` key blocks starting at block index b0: sc[j] = q . k_j.
-// Portable version; the AVX-512 one below keeps four blocks' scores in registers.
+// Blocks sit wherever the allocator put them, so the hardware prefetcher, which follows streams
+// within a page, may start cold at a block: the kernels ask for the blocks they read next while
+// they compute on the current ones (keys one group of blocks ahead, values kValueLead blocks).
 template <typename T>
-inline __attribute__((always_inline)) void block_scores(const float* qh, const T* kc,
-                                                        const int32_t* table, int64_t b0,
-                                                        int64_t nb, int64_t stride, int64_t hd,
-                                                        float* out) {
+TRELLIS_INLINE void prefetch_block(const T* p, int64_t elements) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t off = 0; off < elements * static_cast<int64_t>(sizeof(T)); off += 64) {
+    __builtin_prefetch(c + off, 0, 3);
+  }
+}
+constexpr int64_t kKeyGroup = 4;  // key blocks per pass: independent accumulator chains
+constexpr int64_t kValueLead = 2;
+
+// Scratch of one thread, reused across tokens.
+struct Scratch {
+  std::vector<float> scores, acc, qf, inv;
+  std::vector<uint16_t> weights;  // bf16 path: softmax weights as bf16
+};
+
+// ---- fp32 caches: keys [block, kv, hd, B], values [block, kv, B, hd]; fp32 FMAs. ----
+
+// Scores of one query head against `nb` key blocks from block index b0: sc[j] = q . k_j.
+// Portable version; the AVX-512 one keeps four blocks' scores in registers.
+TRELLIS_INLINE void block_scores(const float* qh, const float* kc, const int32_t* table, int64_t b0,
+                                 int64_t nb, int64_t stride, int64_t hd, float* out) {
   for (int64_t b = b0; b < b0 + nb; ++b) {
-    const T* kb = kc + static_cast<int64_t>(table[b]) * stride;
+    const float* kb = kc + static_cast<int64_t>(table[b]) * stride;
     float sc[B] = {};
     for (int64_t d = 0; d < hd; ++d) {
       const float qd = qh[d];
-      const T* kr = kb + d * B;
-      for (int64_t j = 0; j < B; ++j) sc[j] += qd * to_f(kr[j]);
+      const float* kr = kb + d * B;
+      for (int64_t j = 0; j < B; ++j) sc[j] += qd * kr[j];
     }
     std::memcpy(out + b * B, sc, sizeof(sc));
   }
 }
 
-#ifdef TRELLIS_HAVE_AVX512_PATH
-#define TRELLIS_AVX512 __attribute__((target("avx512f,avx512bw"), always_inline)) inline
-
-TRELLIS_AVX512 __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-TRELLIS_AVX512 __m512 load16(const uint16_t* p) {
-  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+// acc[0 .. hd) += Σ_j w[j] * v_j for the m value rows of one block (rows hd apart).
+TRELLIS_INLINE void block_values(const float* w, const float* vb, int64_t m, int64_t hd,
+                                 float* acc) {
+  for (int64_t j = 0; j < m; ++j) {
+    const float* vr = vb + j * hd;
+    for (int64_t d = 0; d < hd; ++d) acc[d] += w[j] * vr[d];
+  }
 }
+
+#ifdef TRELLIS_HAVE_AVX512_PATH
+#define TRELLIS_AVX512 __attribute__((target("avx512f,avx512bw")))
 
 // Four blocks at a time: four independent FMA chains hide the FMA latency (GCC leaves the portable
 // loop scalar: it unrolls the 16 lanes instead of vectorising them).
-template <typename T>
-__attribute__((target("avx512f,avx512bw"))) void block_scores_avx512(const float* qh, const T* kc,
-                                                                     const int32_t* table,
-                                                                     int64_t b0, int64_t nb,
-                                                                     int64_t stride, int64_t hd,
-                                                                     float* out) {
+TRELLIS_AVX512 void block_scores_avx512(const float* qh, const float* kc, const int32_t* table,
+                                        int64_t b0, int64_t nb, int64_t stride, int64_t hd,
+                                        float* out) {
   int64_t b = b0;
   for (; b + 4 <= b0 + nb; b += 4) {
-    const T* k0 = kc + static_cast<int64_t>(table[b]) * stride;
-    const T* k1 = kc + static_cast<int64_t>(table[b + 1]) * stride;
-    const T* k2 = kc + static_cast<int64_t>(table[b + 2]) * stride;
-    const T* k3 = kc + static_cast<int64_t>(table[b + 3]) * stride;
+    const float* k0 = kc + static_cast<int64_t>(table[b]) * stride;
+    const float* k1 = kc + static_cast<int64_t>(table[b + 1]) * stride;
+    const float* k2 = kc + static_cast<int64_t>(table[b + 2]) * stride;
+    const float* k3 = kc + static_cast<int64_t>(table[b + 3]) * stride;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t d = 0; d < hd; ++d) {
       const __m512 qd = _mm512_set1_ps(qh[d]);
-      a0 = _mm512_fmadd_ps(qd, load16(k0 + d * B), a0);
-      a1 = _mm512_fmadd_ps(qd, load16(k1 + d * B), a1);
-      a2 = _mm512_fmadd_ps(qd, load16(k2 + d * B), a2);
-      a3 = _mm512_fmadd_ps(qd, load16(k3 + d * B), a3);
+      a0 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k0 + d * B), a0);
+      a1 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k1 + d * B), a1);
+      a2 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k2 + d * B), a2);
+      a3 = _mm512_fmadd_ps(qd, _mm512_loadu_ps(k3 + d * B), a3);
     }
     _mm512_storeu_ps(out + b * B, a0);
     _mm512_storeu_ps(out + (b + 1) * B, a1);
@@ -95,52 +115,38 @@ __attribute__((target("avx512f,avx512bw"))) void block_scores_avx512(const float
     _mm512_storeu_ps(out + (b + 3) * B, a3);
   }
   for (; b < b0 + nb; ++b) {
-    const T* k0 = kc + static_cast<int64_t>(table[b]) * stride;
+    const float* k0 = kc + static_cast<int64_t>(table[b]) * stride;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;  // two chains over even and odd d
     int64_t d = 0;
     for (; d + 2 <= hd; d += 2) {
-      a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), load16(k0 + d * B), a0);
-      a1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 1]), load16(k0 + (d + 1) * B), a1);
+      a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), _mm512_loadu_ps(k0 + d * B), a0);
+      a1 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d + 1]), _mm512_loadu_ps(k0 + (d + 1) * B), a1);
     }
-    if (d < hd) a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), load16(k0 + d * B), a0);
+    if (d < hd) a0 = _mm512_fmadd_ps(_mm512_set1_ps(qh[d]), _mm512_loadu_ps(k0 + d * B), a0);
     _mm512_storeu_ps(out + b * B, _mm512_add_ps(a0, a1));
   }
 }
-#endif
 
-// acc[0 .. hd) += Σ_j w[j] * v_j for the m value rows of one block (rows hd apart). Portable
-// version; the AVX-512 one keeps the hd / 16 accumulators in registers.
-template <typename T>
-inline __attribute__((always_inline)) void block_values(const float* w, const T* vb, int64_t m,
-                                                        int64_t hd, float* acc) {
-  for (int64_t j = 0; j < m; ++j) {
-    const T* vr = vb + j * hd;
-    for (int64_t d = 0; d < hd; ++d) acc[d] += w[j] * to_f(vr[d]);
-  }
-}
-
-#ifdef TRELLIS_HAVE_AVX512_PATH
-template <typename T, int kChunks>
-__attribute__((target("avx512f,avx512bw"))) void block_values_fixed(const float* w, const T* vb,
-                                                                    int64_t m, float* acc) {
+template <int kChunks>
+TRELLIS_AVX512 void block_values_fixed(const float* w, const float* vb, int64_t m, float* acc) {
   constexpr int64_t hd = 16 * kChunks;
   __m512 a[kChunks];
   for (int c = 0; c < kChunks; ++c) a[c] = _mm512_loadu_ps(acc + 16 * c);
   for (int64_t j = 0; j < m; ++j) {
     const __m512 wj = _mm512_set1_ps(w[j]);
     for (int c = 0; c < kChunks; ++c)
-      a[c] = _mm512_fmadd_ps(wj, load16(vb + j * hd + 16 * c), a[c]);
+      a[c] = _mm512_fmadd_ps(wj, _mm512_loadu_ps(vb + j * hd + 16 * c), a[c]);
   }
   for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(acc + 16 * c, a[c]);
 }
 
-template <typename T>
-void block_values_avx512(const float* w, const T* vb, int64_t m, int64_t hd, float* acc) {
+TRELLIS_AVX512 void block_values_avx512(const float* w, const float* vb, int64_t m, int64_t hd,
+                                        float* acc) {
   switch (hd) {
     case 64:
-      return block_values_fixed<T, 4>(w, vb, m, acc);
+      return block_values_fixed<4>(w, vb, m, acc);
     case 128:
-      return block_values_fixed<T, 8>(w, vb, m, acc);
+      return block_values_fixed<8>(w, vb, m, acc);
     default:
       block_values(w, vb, m, hd, acc);
   }
@@ -150,24 +156,24 @@ void block_values_avx512(const float* w, const T* vb, int64_t m, int64_t hd, flo
 // One query token, all heads. Blocks are visited in order and, within a block, kv head by kv head,
 // so each block's keys (then values) stream from memory once and contiguously; the query heads of
 // a group share each key/value load from L1.
-// Scratch: scores [heads, n rounded up to B]; qf, acc, out [heads, hd]; inv [heads].
-// always_inline: the kernels must be compiled inside each target_clones variant below.
-#define TRELLIS_INLINE inline __attribute__((always_inline))
-
-template <typename T, bool kAvx512>
-TRELLIS_INLINE void attend_token(const T* q, const T* kc, const T* vc, const int32_t* table,
-                                 int64_t n, const Shape& s, float* scores, float* acc, float* qf,
-                                 float* inv, float* out) {
+template <bool kAvx512>
+TRELLIS_INLINE void attend_token_f32(const float* q, const float* kc, const float* vc,
+                                     const int32_t* table, int64_t n, const Shape& s, Scratch& w,
+                                     float* out) {
   const int64_t G = s.group, KV = s.kv_heads, H = KV * G, hd = s.hd;
   const int64_t nb = (n + B - 1) / B, npad = nb * B;
+  w.scores.resize(H * npad);
+  float *scores = w.scores.data(), *acc = w.acc.data(), *qf = w.qf.data(), *inv = w.inv.data();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int64_t i = 0; i < H * hd; ++i) qf[i] = to_f(q[i]) * scale;
+  for (int64_t i = 0; i < H * hd; ++i) qf[i] = q[i] * scale;
   const int64_t stride = KV * hd * B;  // between consecutive blocks of one kv head
-  constexpr int64_t kGroup = 4;        // blocks per pass: four independent FMA chains
-  for (int64_t b0 = 0; b0 < nb; b0 += kGroup) {
-    const int64_t nblk = std::min(kGroup, nb - b0);
+  for (int64_t b0 = 0; b0 < nb; b0 += kKeyGroup) {
+    const int64_t nblk = std::min(kKeyGroup, nb - b0);
+    for (int64_t b = b0 + kKeyGroup; b < std::min(nb, b0 + 2 * kKeyGroup); ++b) {
+      prefetch_block(kc + static_cast<int64_t>(table[b]) * stride, stride);
+    }
     for (int64_t h = 0; h < H; ++h) {
-      const T* kg = kc + (h / G) * hd * B;
+      const float* kg = kc + (h / G) * hd * B;
 #ifdef TRELLIS_HAVE_AVX512_PATH
       if constexpr (kAvx512) {
         block_scores_avx512(qf + h * hd, kg, table, b0, nblk, stride, hd, scores + h * npad);
@@ -179,49 +185,164 @@ TRELLIS_INLINE void attend_token(const T* q, const T* kc, const T* vc, const int
   }
   for (int64_t h = 0; h < H; ++h) {
     float* sh = scores + h * npad;
-    const float mx = vec::max_value(sh, n);
-    inv[h] = 1.0f / vec::exp_scaled_sum(sh, 1.0f, mx, n);
+    inv[h] = 1.0f / vec::exp_scaled_sum(sh, 1.0f, vec::max_value(sh, n), n);
   }
   std::fill(acc, acc + H * hd, 0.0f);
+  for (int64_t b = 0; b < std::min(nb, kValueLead); ++b) {
+    prefetch_block(vc + static_cast<int64_t>(table[b]) * stride, stride);
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t m = std::min(B, n - b * B);
+    if (b + kValueLead < nb) {
+      prefetch_block(vc + static_cast<int64_t>(table[b + kValueLead]) * stride, stride);
+    }
     for (int64_t h = 0; h < H; ++h) {
-      const T* vb = vc + (static_cast<int64_t>(table[b]) * KV + h / G) * B * hd;
-      const float* w = scores + h * npad + b * B;
+      const float* vb = vc + (static_cast<int64_t>(table[b]) * KV + h / G) * B * hd;
+      const float* wh = scores + h * npad + b * B;
 #ifdef TRELLIS_HAVE_AVX512_PATH
       if constexpr (kAvx512) {
-        block_values_avx512(w, vb, m, hd, acc + h * hd);
+        block_values_avx512(wh, vb, m, hd, acc + h * hd);
         continue;
       }
 #endif
-      block_values(w, vb, m, hd, acc + h * hd);
+      block_values(wh, vb, m, hd, acc + h * hd);
     }
   }
   for (int64_t h = 0; h < H; ++h)
     for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = acc[h * hd + d] * inv[h];
 }
 
-// Attends tokens [first, first + count); see attend_token.
-template <typename T, bool kAvx512>
-TRELLIS_INLINE void attend_range(int64_t first, int64_t count, const T* q, const T* kc, const T* vc,
-                                 const int32_t* tables, int64_t max_blocks,
-                                 const int64_t* positions, const int64_t* token_seq, const Shape& s,
-                                 T* out) {
-  const int64_t H = s.kv_heads * s.group, hd = s.hd;
-  std::vector<float> scores, acc(H * hd), qf(H * hd), o(H * hd), inv(H);
-  for (int64_t t = first; t < first + count; ++t) {
-    const int64_t n = positions[t] + 1;
-    scores.resize(H * ((n + B - 1) / B) * B);
-    attend_token<T, kAvx512>(q + t * H * hd, kc, vc, tables + token_seq[t] * max_blocks, n, s,
-                             scores.data(), acc.data(), qf.data(), inv.data(), o.data());
-    T* dst = out + t * H * hd;
-    if constexpr (std::is_same_v<T, float>) {
-      std::memcpy(dst, o.data(), H * hd * sizeof(float));
-    } else {
-      vec::float_to_bf16(o.data(), dst, H * hd);
+// ---- bf16 caches, pair-interleaved (see paged_attention.h); AVX512-BF16 dot products. ----
+
+#ifdef TRELLIS_HAVE_AVX512_PATH
+#define TRELLIS_BF16DP __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+// Two bf16 values as one 32-bit lane (the first in the low half), for a broadcast.
+TRELLIS_INLINE uint32_t pair_at(const uint16_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Unscaled scores of one query head against kBlocks key blocks from block index b0. A key block
+// of one kv head is [hd / 2][B][2]: each 32-lane vector holds dims (2i, 2i+1) of all B tokens, and
+// one vdpbf16ps adds both products to each token's score. Two chains per block (even and odd i)
+// hide the instruction's latency.
+template <int kBlocks>
+TRELLIS_BF16DP void scores_dp(const uint16_t* qh, const uint16_t* kc, const int32_t* table,
+                              int64_t b0, int64_t stride, int64_t hd, float* out) {
+  const uint16_t* kb[kBlocks];
+  __m512 acc[kBlocks][2];
+  for (int i = 0; i < kBlocks; ++i) {
+    kb[i] = kc + static_cast<int64_t>(table[b0 + i]) * stride;
+    acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < hd / 2; p += 2) {
+    const auto q0 = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair_at(qh + 2 * p)));
+    const auto q1 = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair_at(qh + 2 * p + 2)));
+    for (int i = 0; i < kBlocks; ++i) {
+      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], (__m512bh)_mm512_loadu_si512(kb[i] + p * 2 * B), q0);
+      acc[i][1] =
+          _mm512_dpbf16_ps(acc[i][1], (__m512bh)_mm512_loadu_si512(kb[i] + (p + 1) * 2 * B), q1);
     }
   }
+  for (int i = 0; i < kBlocks; ++i) {
+    _mm512_storeu_ps(out + (b0 + i) * B, _mm512_add_ps(acc[i][0], acc[i][1]));
+  }
 }
+
+TRELLIS_BF16DP void block_scores_dp(const uint16_t* qh, const uint16_t* kc, const int32_t* table,
+                                    int64_t b0, int64_t nb, int64_t stride, int64_t hd,
+                                    float* out) {
+  switch (nb) {
+    case 4:
+      return scores_dp<4>(qh, kc, table, b0, stride, hd, out);
+    case 3:
+      return scores_dp<3>(qh, kc, table, b0, stride, hd, out);
+    case 2:
+      return scores_dp<2>(qh, kc, table, b0, stride, hd, out);
+    default:
+      return scores_dp<1>(qh, kc, table, b0, stride, hd, out);
+  }
+}
+
+// acc[0 .. hd) += Σ_j w[j] v_j over the m tokens of one value block. A value block of one kv head
+// is [B / 2][hd][2]: each 32-lane vector holds tokens (2i, 2i+1) of 16 dims, and one vdpbf16ps
+// adds both tokens' weighted values. The weights are bf16 (as in FlashAttention's P·V); when m is
+// odd, the last pair's second token lies past the sequence: its lanes are masked to zero so that
+// whatever the unwritten slot holds (NaN included) never reaches the sum.
+template <int kChunks>
+TRELLIS_BF16DP void values_dp(const uint16_t* wb, const uint16_t* vb, int64_t m, float* acc) {
+  constexpr int64_t hd = 16 * kChunks;
+  __m512 a[kChunks];
+  for (int c = 0; c < kChunks; ++c) a[c] = _mm512_loadu_ps(acc + 16 * c);
+  const int64_t full = m / 2;
+  for (int64_t i = 0; i < full; ++i) {
+    const auto wi = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair_at(wb + 2 * i)));
+    const uint16_t* vr = vb + i * hd * 2;
+    for (int c = 0; c < kChunks; ++c) {
+      a[c] = _mm512_dpbf16_ps(a[c], (__m512bh)_mm512_loadu_si512(vr + 32 * c), wi);
+    }
+  }
+  if (m % 2 != 0) {
+    const auto wi = (__m512bh)_mm512_set1_epi32(static_cast<int>(wb[2 * full]));
+    const uint16_t* vr = vb + full * hd * 2;
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512i v = _mm512_maskz_loadu_epi16(0x55555555u, vr + 32 * c);  // even lanes
+      a[c] = _mm512_dpbf16_ps(a[c], (__m512bh)v, wi);
+    }
+  }
+  for (int c = 0; c < kChunks; ++c) _mm512_storeu_ps(acc + 16 * c, a[c]);
+}
+
+template <int kChunks>
+TRELLIS_BF16DP void attend_token_dp(const uint16_t* q, const uint16_t* kc, const uint16_t* vc,
+                                    const int32_t* table, int64_t n, const Shape& s, Scratch& w,
+                                    uint16_t* out) {
+  constexpr int64_t hd = 16 * kChunks;
+  const int64_t G = s.group, KV = s.kv_heads, H = KV * G;
+  const int64_t nb = (n + B - 1) / B, npad = nb * B;
+  w.scores.resize(H * npad);
+  w.weights.resize(H * npad);
+  float *scores = w.scores.data(), *acc = w.acc.data(), *inv = w.inv.data();
+  uint16_t* weights = w.weights.data();
+  const int64_t stride = KV * hd * B;
+  for (int64_t b0 = 0; b0 < nb; b0 += kKeyGroup) {
+    const int64_t nblk = std::min(kKeyGroup, nb - b0);
+    for (int64_t b = b0 + kKeyGroup; b < std::min(nb, b0 + 2 * kKeyGroup); ++b) {
+      prefetch_block(kc + static_cast<int64_t>(table[b]) * stride, stride);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      block_scores_dp(q + h * hd, kc + (h / G) * hd * B, table, b0, nblk, stride, hd,
+                      scores + h * npad);
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int64_t h = 0; h < H; ++h) {
+    float* sh = scores + h * npad;
+    const float mx = vec::max_value(sh, n);
+    inv[h] = 1.0f / vec::exp_scaled_sum(sh, scale, mx * scale, n);
+    vec::float_to_bf16(sh, weights + h * npad, n);
+  }
+  std::fill(acc, acc + H * hd, 0.0f);
+  for (int64_t b = 0; b < std::min(nb, kValueLead); ++b) {
+    prefetch_block(vc + static_cast<int64_t>(table[b]) * stride, stride);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t m = std::min(B, n - b * B);
+    if (b + kValueLead < nb) {
+      prefetch_block(vc + static_cast<int64_t>(table[b + kValueLead]) * stride, stride);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      const uint16_t* vb = vc + (static_cast<int64_t>(table[b]) * KV + h / G) * B * hd;
+      values_dp<kChunks>(weights + h * npad + b * B, vb, m, acc + h * hd);
+    }
+  }
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t d = 0; d < hd; ++d) acc[h * hd + d] *= inv[h];
+  vec::float_to_bf16(acc, out, H * hd);
+}
+#endif
 
 struct Args {
   const void *q, *kc, *vc;
@@ -232,37 +353,49 @@ struct Args {
   void* out;
 };
 
-TRELLIS_VECTOR_CLONES
-void attend_f32(int64_t first, int64_t count, const Args& a) {
-  attend_range<float, false>(first, count, static_cast<const float*>(a.q),
-                             static_cast<const float*>(a.kc), static_cast<const float*>(a.vc),
-                             a.tables, a.max_blocks, a.positions, a.token_seq, a.shape,
-                             static_cast<float*>(a.out));
+// Attends tokens [first, first + count) with `attend(q, table, n, scratch, out)`.
+template <typename T, typename F>
+TRELLIS_INLINE void attend_range(int64_t first, int64_t count, const Args& a, F&& attend) {
+  const int64_t H = a.shape.kv_heads * a.shape.group, hd = a.shape.hd;
+  Scratch w;
+  w.acc.resize(H * hd);
+  w.qf.resize(H * hd);
+  w.inv.resize(H);
+  const T* q = static_cast<const T*>(a.q);
+  T* out = static_cast<T*>(a.out);
+  for (int64_t t = first; t < first + count; ++t) {
+    attend(q + t * H * hd, a.tables + a.token_seq[t] * a.max_blocks, a.positions[t] + 1, w,
+           out + t * H * hd);
+  }
 }
 
 TRELLIS_VECTOR_CLONES
-void attend_bf16(int64_t first, int64_t count, const Args& a) {
-  attend_range<uint16_t, false>(first, count, static_cast<const uint16_t*>(a.q),
-                                static_cast<const uint16_t*>(a.kc),
-                                static_cast<const uint16_t*>(a.vc), a.tables, a.max_blocks,
-                                a.positions, a.token_seq, a.shape, static_cast<uint16_t*>(a.out));
+void attend_f32(int64_t first, int64_t count, const Args& a) {
+  const auto *kc = static_cast<const float*>(a.kc), *vc = static_cast<const float*>(a.vc);
+  attend_range<float>(first, count, a,
+                      [&](const float* q, const int32_t* table, int64_t n, Scratch& w, float* o) {
+                        attend_token_f32<false>(q, kc, vc, table, n, a.shape, w, o);
+                      });
 }
 
 #ifdef TRELLIS_HAVE_AVX512_PATH
-__attribute__((target("avx512f,avx512bw"))) void attend_f32_avx512(int64_t first, int64_t count,
-                                                                   const Args& a) {
-  attend_range<float, true>(first, count, static_cast<const float*>(a.q),
-                            static_cast<const float*>(a.kc), static_cast<const float*>(a.vc),
-                            a.tables, a.max_blocks, a.positions, a.token_seq, a.shape,
-                            static_cast<float*>(a.out));
+TRELLIS_AVX512 void attend_f32_avx512(int64_t first, int64_t count, const Args& a) {
+  const auto *kc = static_cast<const float*>(a.kc), *vc = static_cast<const float*>(a.vc);
+  attend_range<float>(first, count, a,
+                      [&](const float* q, const int32_t* table, int64_t n, Scratch& w, float* o) {
+                        attend_token_f32<true>(q, kc, vc, table, n, a.shape, w, o);
+                      });
 }
 
-__attribute__((target("avx512f,avx512bw"))) void attend_bf16_avx512(int64_t first, int64_t count,
-                                                                    const Args& a) {
-  attend_range<uint16_t, true>(first, count, static_cast<const uint16_t*>(a.q),
-                               static_cast<const uint16_t*>(a.kc),
-                               static_cast<const uint16_t*>(a.vc), a.tables, a.max_blocks,
-                               a.positions, a.token_seq, a.shape, static_cast<uint16_t*>(a.out));
+template <int kChunks>
+TRELLIS_BF16DP void attend_bf16_dp(int64_t first, int64_t count, const Args& a) {
+  const auto* kc = static_cast<const uint16_t*>(a.kc);
+  const auto* vc = static_cast<const uint16_t*>(a.vc);
+  attend_range<uint16_t>(
+      first, count, a,
+      [&](const uint16_t* q, const int32_t* table, int64_t n, Scratch& w, uint16_t* o) {
+        attend_token_dp<kChunks>(q, kc, vc, table, n, a.shape, w, o);
+      });
 }
 
 bool has_avx512() {
@@ -271,19 +404,48 @@ bool has_avx512() {
 }
 #endif
 
-// Scatters the new tokens' keys (transposed into [hd, B] blocks) and values into their slots.
-template <typename T>
-void write_slots(const T* k, const T* v, T* kc, T* vc, const int64_t* slots, int64_t tokens,
-                 int64_t kv_heads, int64_t hd) {
+// Whether the fused kernel serves a cache of this dtype and head size on this CPU; the composed
+// path serves the rest.
+bool kernel_supports(torch::ScalarType dtype, int64_t hd) {
+  if (dtype == torch::kFloat32) return true;
+#ifdef TRELLIS_HAVE_AVX512_PATH
+  return dtype == torch::kBFloat16 && (hd == 64 || hd == 128) && vec::has_avx512_bf16();
+#else
+  return false;
+#endif
+}
+
+// Scatters the new tokens' keys and values into their slots, in the cache's layout.
+void write_slots_f32(const float* k, const float* v, float* kc, float* vc, const int64_t* slots,
+                     int64_t tokens, int64_t kv_heads, int64_t hd) {
   at::parallel_for(0, tokens, 16, [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t blk = slots[t] / B, off = slots[t] % B;
       for (int64_t g = 0; g < kv_heads; ++g) {
-        const T* kr = k + (t * kv_heads + g) * hd;
-        const T* vr = v + (t * kv_heads + g) * hd;
-        T* kb = kc + (blk * kv_heads + g) * hd * B;
+        const float* kr = k + (t * kv_heads + g) * hd;
+        float* kb = kc + (blk * kv_heads + g) * hd * B;
         for (int64_t d = 0; d < hd; ++d) kb[d * B + off] = kr[d];
-        std::memcpy(vc + ((blk * kv_heads + g) * B + off) * hd, vr, hd * sizeof(T));
+        std::memcpy(vc + ((blk * kv_heads + g) * B + off) * hd, v + (t * kv_heads + g) * hd,
+                    hd * sizeof(float));
+      }
+    }
+  });
+}
+
+void write_slots_bf16(const uint16_t* k, const uint16_t* v, uint16_t* kc, uint16_t* vc,
+                      const int64_t* slots, int64_t tokens, int64_t kv_heads, int64_t hd) {
+  at::parallel_for(0, tokens, 16, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t blk = slots[t] / B, off = slots[t] % B;
+      for (int64_t g = 0; g < kv_heads; ++g) {
+        const uint16_t* kr = k + (t * kv_heads + g) * hd;
+        const uint16_t* vr = v + (t * kv_heads + g) * hd;
+        uint16_t* kb = kc + (blk * kv_heads + g) * hd * B;
+        uint16_t* vb = vc + (blk * kv_heads + g) * B * hd;
+        for (int64_t d = 0; d < hd; ++d) {
+          kb[((d / 2) * B + off) * 2 + d % 2] = kr[d];
+          vb[((off / 2) * hd + d) * 2 + off % 2] = vr[d];
+        }
       }
     }
   });
@@ -302,6 +464,8 @@ void check_args(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   TORCH_CHECK(batch.slots.numel() == q.size(0) && batch.positions.numel() == q.size(0) &&
                   batch.token_seq.numel() == q.size(0),
               "paged_attention: one slot, position and sequence per token");
+  TORCH_CHECK(key_cache.scalar_type() != torch::kBFloat16 || k.size(2) % 2 == 0,
+              "paged_attention: bf16 caches need an even head_dim");
 }
 
 }  // namespace
@@ -310,8 +474,8 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
                               const torch::Tensor& v_in, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const PagedBatch& batch) {
   check_args(q_in, k_in, key_cache, batch);
-  if (!q_in.device().is_cpu() ||
-      (q_in.scalar_type() != torch::kFloat32 && q_in.scalar_type() != torch::kBFloat16)) {
+  const int64_t hd = q_in.size(2);
+  if (!q_in.device().is_cpu() || !kernel_supports(q_in.scalar_type(), hd)) {
     return composed::paged_attention(q_in, k_in, v_in, key_cache, value_cache, batch);
   }
   auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
@@ -319,66 +483,84 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
   auto positions = batch.positions.to(torch::kInt64).contiguous();
   auto token_seq = batch.token_seq.to(torch::kInt64).contiguous();
   auto tables = batch.block_tables.to(torch::kInt32).contiguous();
-  const int64_t T = q.size(0), H = q.size(1), hd = q.size(2), KV = k.size(1);
+  const int64_t T = q.size(0), H = q.size(1), KV = k.size(1);
   const bool bf16 = q.scalar_type() == torch::kBFloat16;
   if (bf16) {
-    write_slots(reinterpret_cast<const uint16_t*>(k.data_ptr()),
-                reinterpret_cast<const uint16_t*>(v.data_ptr()),
-                reinterpret_cast<uint16_t*>(key_cache.data_ptr()),
-                reinterpret_cast<uint16_t*>(value_cache.data_ptr()), slots.data_ptr<int64_t>(), T,
-                KV, hd);
+    write_slots_bf16(reinterpret_cast<const uint16_t*>(k.data_ptr()),
+                     reinterpret_cast<const uint16_t*>(v.data_ptr()),
+                     reinterpret_cast<uint16_t*>(key_cache.data_ptr()),
+                     reinterpret_cast<uint16_t*>(value_cache.data_ptr()), slots.data_ptr<int64_t>(),
+                     T, KV, hd);
   } else {
-    write_slots(k.data_ptr<float>(), v.data_ptr<float>(), key_cache.data_ptr<float>(),
-                value_cache.data_ptr<float>(), slots.data_ptr<int64_t>(), T, KV, hd);
+    write_slots_f32(k.data_ptr<float>(), v.data_ptr<float>(), key_cache.data_ptr<float>(),
+                    value_cache.data_ptr<float>(), slots.data_ptr<int64_t>(), T, KV, hd);
   }
   auto out = torch::empty({T, H * hd}, q.options());
-  Args a{q.data_ptr(),
-         key_cache.data_ptr(),
-         value_cache.data_ptr(),
-         tables.data_ptr<int32_t>(),
-         tables.size(1),
-         positions.data_ptr<int64_t>(),
-         token_seq.data_ptr<int64_t>(),
-         Shape{KV, H / KV, hd},
-         out.data_ptr()};
+  const Args a{q.data_ptr(),
+               key_cache.data_ptr(),
+               value_cache.data_ptr(),
+               tables.data_ptr<int32_t>(),
+               tables.size(1),
+               positions.data_ptr<int64_t>(),
+               token_seq.data_ptr<int64_t>(),
+               Shape{KV, H / KV, hd},
+               out.data_ptr()};
   at::parallel_for(0, T, 1, [&](int64_t b, int64_t e) {
 #ifdef TRELLIS_HAVE_AVX512_PATH
-    if (has_avx512()) {
-      if (bf16) {
-        attend_bf16_avx512(b, e - b, a);
-      } else {
-        attend_f32_avx512(b, e - b, a);
-      }
-      return;
-    }
-#endif
     if (bf16) {
-      attend_bf16(b, e - b, a);
-    } else {
-      attend_f32(b, e - b, a);
+      // kernel_supports() admitted only these head sizes.
+      return hd == 64 ? attend_bf16_dp<4>(b, e - b, a) : attend_bf16_dp<8>(b, e - b, a);
     }
+    if (has_avx512()) return attend_f32_avx512(b, e - b, a);
+#endif
+    attend_f32(b, e - b, a);
   });
   return out;
 }
 
 namespace composed {
 
+// Index targets in which one token's keys or values are a single element of the leading dims:
+// keys by (block, offset); values by (block, offset) for fp32 and (block, offset / 2, offset % 2)
+// for bf16's pair-interleaved layout.
+struct TokenViews {
+  torch::Tensor keys;    // [N, B, KV, hd] or bf16 [N, B, KV, hd / 2, 2]
+  torch::Tensor values;  // [N, B, KV, hd] or bf16 [N, B / 2, 2, KV, hd]
+  bool bf16;
+
+  std::vector<at::indexing::TensorIndex> key_index(const torch::Tensor& slot) const {
+    return {slot.div(B, "floor"), slot.remainder(B)};
+  }
+  std::vector<at::indexing::TensorIndex> value_index(const torch::Tensor& slot) const {
+    if (!bf16) return key_index(slot);
+    auto off = slot.remainder(B);
+    return {slot.div(B, "floor"), off.div(2, "floor"), off.remainder(2)};
+  }
+};
+
+TokenViews token_views(const torch::Tensor& key_cache, const torch::Tensor& value_cache) {
+  const int64_t N = key_cache.size(0), KV = key_cache.size(1), hd = key_cache.size(2);
+  if (key_cache.scalar_type() != torch::kBFloat16) {
+    return {key_cache.permute({0, 3, 1, 2}), value_cache.permute({0, 2, 1, 3}), false};
+  }
+  return {key_cache.view({N, KV, hd / 2, B, 2}).permute({0, 3, 1, 2, 4}),
+          value_cache.view({N, KV, B / 2, hd, 2}).permute({0, 2, 4, 1, 3}), true};
+}
+
 torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const PagedBatch& batch) {
   check_args(q, k, key_cache, batch);
   const auto dev = q.device();
-  // Token-major views of the caches: [blocks, B, kv_heads, hd].
-  auto kview = key_cache.permute({0, 3, 1, 2}), vview = value_cache.permute({0, 2, 1, 3});
+  const int64_t T = q.size(0), KV = k.size(1), hd = k.size(2);
+  auto views = token_views(key_cache, value_cache);
   auto slots = batch.slots.to(dev, torch::kInt64);
-  auto blk = slots.div(B, "floor"), off = slots.remainder(B);
-  kview.index_put_({blk, off}, k);
-  vview.index_put_({blk, off}, v);
+  views.keys.index_put_(views.key_index(slots), views.bf16 ? k.reshape({T, KV, hd / 2, 2}) : k);
+  views.values.index_put_(views.value_index(slots), v);
 
   auto positions = batch.positions.to(torch::kCPU, torch::kInt64).contiguous();
   auto token_seq = batch.token_seq.to(torch::kCPU, torch::kInt64).contiguous();
   auto tables = batch.block_tables.to(torch::kCPU, torch::kInt64);
-  const int64_t T = q.size(0);
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* seq = token_seq.data_ptr<int64_t>();
   std::vector<torch::Tensor> outs;
@@ -388,10 +570,12 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
     while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
     const int64_t n = pos[e - 1] + 1;
     auto idx = torch::arange(n, torch::kInt64);
-    auto blocks = tables[seq[t]].index_select(0, idx.div(B, "floor")).to(dev);
-    auto offs = idx.remainder(B).to(dev);
-    auto keys = kview.index({blocks, offs}).permute({1, 0, 2}).unsqueeze(0);  // [1, KV, n, hd]
-    auto vals = vview.index({blocks, offs}).permute({1, 0, 2}).unsqueeze(0);
+    auto token_slots =
+        (tables[seq[t]].index_select(0, idx.div(B, "floor")) * B + idx.remainder(B)).to(dev);
+    auto keys = views.keys.index(views.key_index(token_slots)).reshape({n, KV, hd});
+    auto vals = views.values.index(views.value_index(token_slots));
+    keys = keys.permute({1, 0, 2}).unsqueeze(0);  // [1, KV, n, hd]
+    vals = vals.permute({1, 0, 2}).unsqueeze(0);
     auto qs = q.narrow(0, t, e - t).unsqueeze(0);  // [1, t, heads, hd]
     outs.push_back(model::fused::composed::cached_attention(qs, keys, vals, pos[t]).squeeze(0));
     t = e;

@@ -89,36 +89,101 @@ bool has_avx512_bf16() {
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12's _mm512_reduce_add_ps reads a deliberately undefined register half.
+// GCC 12's _mm512_reduce_add_ps and shuffles read a deliberately undefined register half.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void skinny_matmul_bf16(
-    const uint16_t* x, int64_t rows, const uint16_t* w, int64_t K, int64_t j0, int64_t j1,
-    int64_t N, float* out) {
-  constexpr int64_t kMaxRows = 4;
-  for (int64_t j = j0; j < j1; ++j) {
-    const uint16_t* wr = w + j * K;
-    // Two partial sums per row hide the dot-product latency.
-    __m512 acc[kMaxRows][2];
-    for (int64_t m = 0; m < rows; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < K; k += 64) {
-      const __mmask32 m0 = K - k >= 32 ? ~__mmask32{0} : (__mmask32{1} << (K - k)) - 1;
-      const __mmask32 m1 =
-          K - k >= 64 ? ~__mmask32{0} : (K - k <= 32 ? 0 : (__mmask32{1} << (K - k - 32)) - 1);
-      const __m512i w0 = _mm512_maskz_loadu_epi16(m0, wr + k);
-      const __m512i w1 = _mm512_maskz_loadu_epi16(m1, wr + k + 32);
-      for (int64_t m = 0; m < rows; ++m) {
-        const uint16_t* xr = x + m * K + k;
-        acc[m][0] =
-            _mm512_dpbf16_ps(acc[m][0], (__m512bh)_mm512_maskz_loadu_epi16(m0, xr), (__m512bh)w0);
-        acc[m][1] = _mm512_dpbf16_ps(acc[m][1], (__m512bh)_mm512_maskz_loadu_epi16(m1, xr + 32),
-                                     (__m512bh)w1);
-      }
+#pragma GCC diagnostic ignored "-Wuninitialized"
+namespace {
+
+#define TRELLIS_BF16_KERNEL __attribute__((target("avx512f,avx512bw,avx512bf16")))
+
+// Sums of four vectors: lane i of the result (i < 4) is the sum of all 16 lanes of a_i. Eight
+// shuffles and adds in place of four full horizontal reductions.
+TRELLIS_BF16_KERNEL inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 a01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  const __m512 a23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  // Per 128-bit lane: [a0, a1, a0, a1] and [a2, a3, a2, a3] partials -> [a0, a1, a2, a3].
+  const __m512 b = _mm512_add_ps(_mm512_shuffle_ps(a01, a23, 0x44), _mm512_shuffle_ps(a01, a23, 0xEE));
+  const __m512 c = _mm512_add_ps(b, _mm512_shuffle_f32x4(b, b, 0x4E));
+  const __m512 d = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0xB1));
+  return _mm512_castps512_ps128(d);
+}
+
+// acc[m][r] += x row m . weight row r over the 32 (or, masked, fewer) entries from k.
+template <int kRows>
+TRELLIS_BF16_KERNEL inline void skinny_step(const uint16_t* x, const uint16_t* w0, int64_t K,
+                                            int64_t k, __mmask32 mask, __m512 (&acc)[kRows][4]) {
+  __m512i wv[4];
+  for (int r = 0; r < 4; ++r) wv[r] = _mm512_maskz_loadu_epi16(mask, w0 + r * K + k);
+  for (int m = 0; m < kRows; ++m) {
+    const __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(mask, x + m * K + k);
+    for (int r = 0; r < 4; ++r) acc[m][r] = _mm512_dpbf16_ps(acc[m][r], xv, (__m512bh)wv[r]);
+  }
+}
+
+// Four weight rows j .. j+3 against `kRows` rows of x: one accumulator per (row, weight row), so
+// each weight load feeds kRows dot products and 4 * kRows independent chains hide their latency.
+template <int kRows>
+TRELLIS_BF16_KERNEL void skinny_block4(const uint16_t* x, const uint16_t* w, int64_t K, int64_t j,
+                                       int64_t N, float* out) {
+  __m512 acc[kRows][4];
+  for (int m = 0; m < kRows; ++m)
+    for (int r = 0; r < 4; ++r) acc[m][r] = _mm512_setzero_ps();
+  const uint16_t* w0 = w + j * K;
+  const char* next = reinterpret_cast<const char*>(w0 + 4 * K);  // the next four rows
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    // The next block's rows (4 * K contiguous entries) stream in while these are summed.
+    _mm_prefetch(next + 8 * k, _MM_HINT_T0);
+    _mm_prefetch(next + 8 * k + 64, _MM_HINT_T0);
+    _mm_prefetch(next + 8 * k + 128, _MM_HINT_T0);
+    _mm_prefetch(next + 8 * k + 192, _MM_HINT_T0);
+    skinny_step<kRows>(x, w0, K, k, ~__mmask32{0}, acc);
+  }
+  if (k < K) skinny_step<kRows>(x, w0, K, k, (__mmask32{1} << (K - k)) - 1, acc);
+  for (int m = 0; m < kRows; ++m) {
+    _mm_storeu_ps(out + m * N + j, reduce4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+  }
+}
+
+// One weight row (the tail when the range is not a multiple of four).
+TRELLIS_BF16_KERNEL void skinny_row(const uint16_t* x, int64_t rows, const uint16_t* w, int64_t K,
+                                    int64_t j, int64_t N, float* out) {
+  const uint16_t* wr = w + j * K;
+  for (int64_t m = 0; m < rows; ++m) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k += 32) {
+      const __mmask32 mask = K - k >= 32 ? ~__mmask32{0} : (__mmask32{1} << (K - k)) - 1;
+      acc = _mm512_dpbf16_ps(acc, (__m512bh)_mm512_maskz_loadu_epi16(mask, x + m * K + k),
+                             (__m512bh)_mm512_maskz_loadu_epi16(mask, wr + k));
     }
-    for (int64_t m = 0; m < rows; ++m) {
-      out[m * N + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]));
+    out[m * N + j] = _mm512_reduce_add_ps(acc);
+  }
+}
+
+}  // namespace
+
+TRELLIS_BF16_KERNEL void skinny_matmul_bf16(const uint16_t* x, int64_t rows, const uint16_t* w,
+                                            int64_t K, int64_t j0, int64_t j1, int64_t N,
+                                            float* out) {
+  int64_t j = j0;
+  for (; j + 4 <= j1; j += 4) {
+    switch (rows) {
+      case 1:
+        skinny_block4<1>(x, w, K, j, N, out);
+        break;
+      case 2:
+        skinny_block4<2>(x, w, K, j, N, out);
+        break;
+      case 3:
+        skinny_block4<3>(x, w, K, j, N, out);
+        break;
+      default:
+        skinny_block4<4>(x, w, K, j, N, out);
+        break;
     }
   }
+  for (; j < j1; ++j) skinny_row(x, rows, w, K, j, N, out);
 }
 #pragma GCC diagnostic pop
 #else

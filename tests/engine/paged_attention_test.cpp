@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "common/error.h"
 #include "engine/kv_cache.h"
 #include "model/presets.h"
 
@@ -17,18 +18,20 @@ namespace {
 
 struct Case {
   torch::ScalarType dtype;
+  int64_t head_dim;
   double tol;
 };
 
 class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
-  const auto [dtype, tol] = GetParam();
-  const int64_t H = 8, KV = 2, hd = 64, num_blocks = 64;
+  const auto [dtype, hd, tol] = GetParam();
+  const int64_t H = 8, KV = 2, num_blocks = 64;
   torch::manual_seed(3);
   auto opts = torch::TensorOptions().dtype(dtype);
-  auto kc_a = torch::zeros({num_blocks, KV, hd, kBlockSize}, opts),
-       vc_a = torch::zeros({num_blocks, KV, kBlockSize, hd}, opts);
+  // Unwritten slots hold NaN: a kernel that lets a lane past a sequence's end into a sum fails.
+  auto kc_a = torch::full({num_blocks, KV, hd, kBlockSize}, NAN, opts),
+       vc_a = torch::full({num_blocks, KV, kBlockSize, hd}, NAN, opts);
   auto kc_b = kc_a.clone(), vc_b = vc_a.clone();
 
   // Three sequences with blocks drawn from a shuffled pool.
@@ -65,17 +68,22 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
     ASSERT_EQ(a.sizes(), (std::vector<int64_t>{T, H * hd}));
     EXPECT_LT((a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>(), tol);
   }
-  // Both paths wrote the same keys and values into the same slots.
-  EXPECT_TRUE(torch::equal(kc_a, kc_b));
-  EXPECT_TRUE(torch::equal(vc_a, vc_b));
+  // Both paths wrote the same keys and values into the same slots (and left the rest NaN).
+  auto same = [](const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::equal(x.isnan(), y.isnan()) && torch::equal(x.nan_to_num(0), y.nan_to_num(0));
+  };
+  EXPECT_TRUE(same(kc_a, kc_b));
+  EXPECT_TRUE(same(vc_a, vc_b));
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, PagedAttentionTest,
-                         ::testing::Values(Case{torch::kFloat32, 1e-5},
-                                           Case{torch::kBFloat16, 2e-2}),
-                         [](const auto& info) {
-                           return info.param.dtype == torch::kFloat32 ? "fp32" : "bf16";
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Dtypes, PagedAttentionTest,
+    ::testing::Values(Case{torch::kFloat32, 64, 1e-5}, Case{torch::kFloat32, 128, 1e-5},
+                      Case{torch::kBFloat16, 64, 2e-2}, Case{torch::kBFloat16, 128, 2e-2}),
+    [](const auto& info) {
+      return std::string(info.param.dtype == torch::kFloat32 ? "fp32" : "bf16") + "_hd" +
+             std::to_string(info.param.head_dim);
+    });
 
 TEST(PagedKVCache, ReferenceCountedBlocksAndCopyOnWrite) {
   auto cfg = model::preset_config(model::Arch::Llama, "tiny");
@@ -94,6 +102,34 @@ TEST(PagedKVCache, ReferenceCountedBlocksAndCopyOnWrite) {
   EXPECT_EQ(cache.free_blocks(), 4);
   for (int i = 0; i < 4; ++i) cache.allocate();
   EXPECT_THROW(cache.allocate(), std::exception);
+  cache.release(0);
+  EXPECT_THROW(cache.release(0), Error);  // a double release is a bug, never a silent free
+}
+
+// Growing sequences get consecutive blocks; a new sequence starts mid-way into the largest free
+// run so that the sequence before it can keep growing in place.
+TEST(PagedKVCache, SequencesGrowIntoConsecutiveBlocks) {
+  auto cfg = model::preset_config(model::Arch::Llama, "tiny");
+  PagedKVCache cache(cfg, 64, kBlockSize, model::Compute{torch::kCPU, torch::kFloat32});
+  std::vector<int32_t> a{cache.allocate()};
+  EXPECT_EQ(a[0], 0);  // an empty pool: start at the front
+  std::vector<int32_t> b{cache.allocate()};
+  EXPECT_EQ(b[0], 32);  // half of the run after a's block stays for a
+  for (int i = 0; i < 7; ++i) {
+    a.push_back(cache.allocate(a.back()));
+    b.push_back(cache.allocate(b.back()));
+  }
+  for (int i = 1; i < 8; ++i) {
+    EXPECT_EQ(a[i], a[i - 1] + 1);
+    EXPECT_EQ(b[i], b[i - 1] + 1);
+  }
+  int32_t c = cache.allocate();
+  EXPECT_EQ(c, 8 + 12);  // the first of the largest runs, [8, 32) and [40, 64): its middle
+  // When the next block is taken, the sequence continues elsewhere rather than failing.
+  int32_t d = cache.allocate(c - 1);
+  EXPECT_NE(d, c);
+  EXPECT_EQ(cache.refs(d), 1);
+  EXPECT_EQ(cache.free_blocks(), 64 - 18);
 }
 
 }  // namespace
