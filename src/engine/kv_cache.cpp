@@ -25,7 +25,8 @@ torch::Tensor huge_page_tensor(const std::vector<int64_t>& shape, torch::ScalarT
                             static_cast<double>(bytes) / (1 << 20)));
   }
   ::madvise(p, rounded, MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
-  return torch::from_blob(p, shape, [](void* q) { std::free(q); }, torch::dtype(dtype));
+  return torch::from_blob(
+      p, shape, [](void* q) { std::free(q); }, torch::dtype(dtype));
 }
 
 }  // namespace

@@ -103,7 +103,8 @@ TRELLIS_BF16_KERNEL inline __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m51
   const __m512 a01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
   const __m512 a23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
   // Per 128-bit lane: [a0, a1, a0, a1] and [a2, a3, a2, a3] partials -> [a0, a1, a2, a3].
-  const __m512 b = _mm512_add_ps(_mm512_shuffle_ps(a01, a23, 0x44), _mm512_shuffle_ps(a01, a23, 0xEE));
+  const __m512 b =
+      _mm512_add_ps(_mm512_shuffle_ps(a01, a23, 0x44), _mm512_shuffle_ps(a01, a23, 0xEE));
   const __m512 c = _mm512_add_ps(b, _mm512_shuffle_f32x4(b, b, 0x4E));
   const __m512 d = _mm512_add_ps(c, _mm512_shuffle_f32x4(c, c, 0xB1));
   return _mm512_castps512_ps128(d);
