@@ -74,6 +74,10 @@ void run_bench_generate(const BenchGenerateFlags& f) {
               compute.bf16() ? "bf16" : "fp32", static_cast<long long>(o.batch), r.tokens_per_s,
               r.decode_tokens_per_s, r.decode_step_ms, r.achieved_flops / 1e12,
               r.matmul_flops / 1e12, 100.0 * r.utilization);
+  if (r.memory_bandwidth > 0) {
+    std::printf("decode reads %.1f GB/s (weights + KV cache) = %.1f%% of the %.1f GB/s read rate\n",
+                r.decode_bandwidth / 1e9, 100.0 * r.bandwidth_fraction, r.memory_bandwidth / 1e9);
+  }
   std::printf(
       "%lld tokens in %.2f s: prefill %.2f s (%lld prompt tokens), %lld decode steps %.2f s\n",
       static_cast<long long>(r.generated), r.seconds, r.prefill_s,

@@ -26,7 +26,32 @@ std::vector<Request> random_requests(const model::HfConfig& config, const Genera
   return out;
 }
 
+// Bytes a decode step reads: every matmul weight once, and each sequence's cached keys and values
+// for its `positions` positions.
+double decode_step_bytes(const model::HfConfig& c, int64_t element_bytes, int64_t sequences,
+                         int64_t positions) {
+  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim;
+  const double per_layer = double(d) * q * 2 + double(d) * kv * 2 + 3.0 * d * c.intermediate_size;
+  const double weights = c.num_hidden_layers * per_layer + double(c.vocab_size) * d;
+  const double cache = 2.0 * c.num_hidden_layers * kv * double(positions) * sequences;
+  return (weights + cache) * element_bytes;
+}
+
 }  // namespace
+
+double measure_read_bandwidth() {
+  torch::NoGradGuard no_grad;
+  auto buffer = torch::ones({int64_t{128} << 20}, torch::kFloat32);  // 512 MiB
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto total = buffer.sum().item<double>();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (total > 0) best = std::min(best, s);
+  }
+  return static_cast<double>(buffer.numel()) * sizeof(float) / best;
+}
 
 double generate_flops(const model::HfConfig& c, int64_t batch, int64_t prompt_len,
                       int64_t max_tokens) {
@@ -46,6 +71,8 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
                                    const std::function<void(int64_t, int64_t)>& on_progress) {
   GenerateBenchResult r;
   r.matmul_flops = model::measure_matmul_flops(model.compute());
+  if (model.compute().device.is_cpu()) r.memory_bandwidth = measure_read_bandwidth();
+  const int64_t element_bytes = model.compute().dtype == torch::kFloat32 ? 4 : 2;
   EngineOptions eo;
   eo.max_num_seqs = o.batch;
   eo.max_batch_tokens = o.max_batch_tokens;
@@ -60,6 +87,7 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
     engine.add(std::move(req));
   }
   const int64_t total = o.batch * o.max_tokens;
+  const int64_t generated_before = engine.stats().tokens_generated;
   const auto t0 = std::chrono::steady_clock::now();
   int64_t decode_only_tokens = 0;
   while (engine.has_work()) {
@@ -72,6 +100,11 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
       r.decode_s += st.seconds;
       decode_only_tokens += st.decode_tokens;
       ++r.decode_steps;
+      // Sequences advance nearly together: each attends to about this many positions.
+      const int64_t generated = engine.stats().tokens_generated - generated_before;
+      const int64_t positions = o.prompt_len + generated / o.batch;
+      r.decode_bytes +=
+          decode_step_bytes(model.config(), element_bytes, st.decode_tokens, positions);
     }
     if (on_progress) on_progress(engine.stats().tokens_generated, total);
   }
@@ -83,6 +116,8 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
   r.model_flops = generate_flops(model.config(), o.batch, o.prompt_len, o.max_tokens);
   r.achieved_flops = r.model_flops / r.seconds;
   r.utilization = r.achieved_flops / r.matmul_flops;
+  r.decode_bandwidth = r.decode_s > 0 ? r.decode_bytes / r.decode_s : 0;
+  r.bandwidth_fraction = r.memory_bandwidth > 0 ? r.decode_bandwidth / r.memory_bandwidth : 0;
   return r;
 }
 

@@ -1,7 +1,8 @@
 // Generation throughput benchmark behind `trellis bench generate`: `batch` concurrent requests of
 // random prompts through the engine (continuous batching, paged KV cache), each generating exactly
-// max_tokens tokens, reported as tokens/s, time per decode step and FLOP utilisation against the
-// matmul rate measured in the same run.
+// max_tokens tokens, reported as tokens/s, time per decode step, FLOP utilisation against the
+// matmul rate measured in the same run, and (decoding being memory-bound) the bytes each decode
+// step must read against the streaming-read rate measured in the same run.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,16 @@ struct GenerateBenchResult {
   double decode_step_ms = 0;  // mean time of a decode-only step
   double decode_tokens_per_s = 0;
   double model_flops = 0, achieved_flops = 0, matmul_flops = 0, utilization = 0;
+  double decode_bytes = 0;        // weights + cached keys/values read by the decode-only steps
+  double decode_bandwidth = 0;    // decode_bytes / decode_s
+  double memory_bandwidth = 0;    // streaming-read rate measured in the same run (bytes/s)
+  double bandwidth_fraction = 0;  // decode_bandwidth / memory_bandwidth
 };
+
+// The rate at which the compute threads read a buffer far larger than the caches (bytes/s): the
+// best of several sums over 512 MiB of fp32. The roofline of decoding, which streams the weights
+// and the KV cache once per step.
+double measure_read_bandwidth();
 
 // Forward FLOPs of generating: 2 * matmul parameters per fed token, plus attention (QK^T and PV)
 // of each fed token over its prefix.
