@@ -1,6 +1,7 @@
 // `trellis generate`: complete prompts with the rollout engine. Either one --prompt, streamed to
 // stdout as it is sampled, or a JSONL file of prompts (--input) completed with continuous batching
-// into a JSONL file of results (--output), with a progress bar on a terminal.
+// into a JSONL file of results (--output), with a progress bar on a terminal. With --chat, each
+// prompt is a user message rendered with the model's chat template.
 #include <unistd.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/prompting.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
@@ -33,32 +35,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Everything a prompt needs besides its text: tokenizer, BOS convention and stop ids.
-struct Prompting {
-  model::Tokenizer tok;
-  bool add_bos;
-  std::vector<int32_t> stop_ids;
-
-  Prompting(const std::string& dir, const model::Transformer& m)
-      : tok(model::Tokenizer::load(dir)) {
-    add_bos = m.config().arch == model::Arch::Llama && tok.bos_id().has_value();
-    stop_ids = tok.eos_ids();
-    for (int64_t id : m.config().eos_token_ids) stop_ids.push_back(static_cast<int32_t>(id));
-  }
-
-  std::vector<int32_t> encode(const std::string& text) const {
-    std::vector<int32_t> ids;
-    if (add_bos) ids.push_back(*tok.bos_id());  // Llama-3 expects <|begin_of_text|>; Qwen none
-    for (int32_t id : tok.encode(text)) ids.push_back(id);
-    return ids;
-  }
-};
-
 engine::Request base_request(const GenerateFlags& f, const Prompting& p) {
   engine::Request r;
   r.n = f.n;
   r.max_tokens = f.max_tokens;
-  r.stop_ids = p.stop_ids;
+  r.stop_ids = f.chat ? p.chat_stop_ids() : p.stop_ids;
   r.sampling = {f.temperature, f.top_k, f.top_p};
   r.seed = f.seed;
   return r;
@@ -68,8 +49,8 @@ void generate_one(const GenerateFlags& f, engine::Engine& engine, const Promptin
   auto r = base_request(f, p);
   r.id = "prompt";
   r.n = 1;
-  r.prompt = p.encode(f.prompt);
-  std::fputs(f.prompt.c_str(), stdout);
+  r.prompt = f.chat ? p.encode_chat(f.prompt) : p.encode(f.prompt);
+  if (!f.chat) std::fputs(f.prompt.c_str(), stdout);  // a chat prints just the reply
   engine::Completion done;
   engine.add(std::move(r), {.on_token =
                                 [&](const engine::TokenEvent& e) {
@@ -89,7 +70,7 @@ void generate_one(const GenerateFlags& f, engine::Engine& engine, const Promptin
 }
 
 // One input line: {"prompt": "..."} or {"prompt_token_ids": [...]}, optionally "id"; with --chat,
-// "prompt" is one user message.
+// "prompt" is one user message, or "messages" a conversation ([{"role", "content"}, ...]).
 struct InputLine {
   Json id;
   std::string prompt;
@@ -110,6 +91,22 @@ std::vector<InputLine> read_input(const GenerateFlags& f, const Prompting& p) {
     line.id = j.contains("id") ? j["id"] : Json();
     if (j.contains("prompt_token_ids")) {
       line.ids = json_required<std::vector<int32_t>>(j, "prompt_token_ids", where);
+    } else if (f.chat && j.contains("messages")) {
+      std::vector<model::ChatMessage> messages;
+      const Json& list = j["messages"];
+      if (!list.is_array()) throw Error("field 'messages' must be a list", where);
+      for (const Json& m : list) {
+        messages.push_back({json_required<std::string>(m, "role", where),
+                            json_required<std::string>(m, "content", where)});
+      }
+      try {
+        line.ids = p.encode_chat(messages);
+      } catch (const Error& e) {
+        throw Error(e.what(), where);
+      }
+    } else if (f.chat) {
+      line.prompt = json_required<std::string>(j, "prompt", where);
+      line.ids = p.encode_chat(line.prompt);
     } else {
       line.prompt = json_required<std::string>(j, "prompt", where);
       line.ids = p.encode(line.prompt);
@@ -199,10 +196,10 @@ void run_generate(const GenerateFlags& f) {
   if (!f.input.empty() && f.output.empty()) {
     throw Error("--input needs --output FILE.jsonl for the results", "trellis generate");
   }
-  if (f.chat) throw Error("--chat needs a chat template (not yet supported)", "trellis generate");
   auto compute = setup_compute(f.compute);
   auto transformer = model::load_transformer(f.model, compute);
   Prompting p(f.model, *transformer);
+  if (f.chat && !p.chat) throw Error(p.chat_error, "--chat");
   engine::EngineOptions options;
   options.max_num_seqs = f.max_num_seqs;
   options.vocab_limit = p.tok.vocab_size();
@@ -244,7 +241,9 @@ void add_generate_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--seed", f.seed, "sampling seed (completion i of a prompt uses seed + i)")
       ->capture_default_str();
-  cmd->add_flag("--chat", f.chat, "treat each prompt as a user message in the chat template");
+  cmd->add_flag("--chat", f.chat,
+                "render each prompt as a user message with the model's chat template (ChatML or "
+                "Llama-3); --input lines may also give \"messages\"");
   cmd->add_option("--max-num-seqs", f.max_num_seqs, "sequences decoded at once")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

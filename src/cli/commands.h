@@ -13,6 +13,7 @@ namespace trellis::cli {
 void add_config_commands(CLI::App& app);
 void add_model_commands(CLI::App& app);
 void add_generate_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 void add_bench_commands(CLI::App& app);
 
 // --device / --dtype / --threads, shared by every command that runs the model.

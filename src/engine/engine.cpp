@@ -208,10 +208,12 @@ struct Engine::Impl {
     const bool cow = s.cached % kBlockSize != 0 && cache->refs(s.blocks[s.cached / kBlockSize]) > 1;
     if (cache->free_blocks() < need + (cow ? 1 : 0)) return false;
     if (cow) {
-      auto& b = s.blocks[s.cached / kBlockSize];
-      b = cache->copy_on_write(b);
+      const int64_t i = s.cached / kBlockSize;
+      s.blocks[i] = cache->copy_on_write(s.blocks[i], i > 0 ? s.blocks[i - 1] : -1);
     }
-    for (int64_t i = 0; i < need; ++i) s.blocks.push_back(cache->allocate());
+    for (int64_t i = 0; i < need; ++i) {
+      s.blocks.push_back(cache->allocate(s.blocks.empty() ? -1 : s.blocks.back()));
+    }
     return true;
   }
 
@@ -488,6 +490,49 @@ void Engine::abort(const std::string& request_id) {
   for (auto& s : m.waiting) {
     if (matches(s)) {
       m.finish_all(s, Finish::kAbort);
+      s.reset();
+    }
+  }
+  std::erase(m.waiting, nullptr);
+}
+
+void Engine::stop(const std::string& request_id, int64_t index) {
+  auto& m = *impl_;
+  if (!m.ids.count(request_id)) return;
+  auto covers = [&](const std::unique_ptr<Seq>& s) {
+    return s && s->group->request.id == request_id && index >= s->c.index &&
+           index < s->c.index + s->fork;
+  };
+  // A shared prefill not yet split holds all n completions: split it first (the new completions
+  // join the same queue), then end the one asked for.
+  for (size_t i = 0; i < m.running.size(); ++i) {
+    if (covers(m.running[i]) && m.running[i]->fork > 1) {
+      std::vector<std::unique_ptr<Seq>> children;
+      m.split(m.running[i], children);
+      for (auto& c : children) m.running.push_back(std::move(c));
+      break;
+    }
+  }
+  for (size_t i = 0; i < m.waiting.size(); ++i) {
+    if (covers(m.waiting[i]) && m.waiting[i]->fork > 1) {
+      std::vector<std::unique_ptr<Seq>> children;
+      m.split(m.waiting[i], children);
+      m.waiting.insert(m.waiting.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                       std::make_move_iterator(children.begin()),
+                       std::make_move_iterator(children.end()));
+      break;
+    }
+  }
+  for (auto& s : m.running) {
+    if (covers(s)) {
+      m.finish(*s, Finish::kStop);
+      s.reset();
+    }
+  }
+  std::erase(m.running, nullptr);
+  for (auto& s : m.waiting) {
+    if (covers(s)) {
+      m.finish(*s, Finish::kStop);
       s.reset();
     }
   }

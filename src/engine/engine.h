@@ -128,6 +128,10 @@ class Engine {
   // Unknown or finished ids are ignored.
   void abort(const std::string& request_id);
   void abort_all();
+  // Ends completion `index` of the request with Finish::kStop (its on_finish fires) and keeps its
+  // siblings running: a server that finds a stop string in the text ends just that completion.
+  // Unknown ids, indexes and finished completions are ignored.
+  void stop(const std::string& request_id, int64_t index);
 
   StepStats step();
   bool has_work() const;

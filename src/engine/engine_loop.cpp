@@ -37,6 +37,14 @@ void EngineLoop::abort(const std::string& request_id) {
   cv_.notify_all();
 }
 
+void EngineLoop::stop(const std::string& request_id, int64_t index) {
+  {
+    std::lock_guard lock(mu_);
+    stops_.emplace_back(request_id, index);
+  }
+  cv_.notify_all();
+}
+
 void EngineLoop::with_engine(const std::function<void(Engine&)>& fn) {
   std::promise<void> done;
   auto result = done.get_future();
@@ -78,18 +86,21 @@ void EngineLoop::loop() {
   for (;;) {
     std::vector<std::pair<Request, Callbacks>> inbox;
     std::vector<std::string> aborts;
+    std::vector<std::pair<std::string, int64_t>> stops;
     std::vector<std::function<void(Engine&)>> tasks;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] {
         return stop_ || !tasks_.empty() ||
-               (!paused_ && (!inbox_.empty() || !aborts_.empty() || engine_.has_work()));
+               (!paused_ &&
+                (!inbox_.empty() || !aborts_.empty() || !stops_.empty() || engine_.has_work()));
       });
       if (stop_) break;
       tasks.swap(tasks_);
       if (!paused_) {
         inbox.swap(inbox_);
         aborts.swap(aborts_);
+        stops.swap(stops_);
         stepping_ = true;
       }
     }
@@ -108,6 +119,7 @@ void EngineLoop::loop() {
       }
     }
     for (const auto& id : aborts) engine_.abort(id);
+    for (const auto& [id, index] : stops) engine_.stop(id, index);
     if (stepping_) {
       try {
         if (engine_.has_work()) engine_.step();

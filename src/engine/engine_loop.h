@@ -25,6 +25,9 @@ class EngineLoop {
   // next step.
   void submit(Request request, Callbacks callbacks);
   void abort(const std::string& request_id);
+  // Ends one completion of a request with Finish::kStop before the next step (Engine::stop). Safe
+  // to call from a callback.
+  void stop(const std::string& request_id, int64_t index);
 
   // Runs fn(engine) on the loop thread between steps and waits for it (weight updates, reads).
   void with_engine(const std::function<void(Engine&)>& fn);
@@ -42,6 +45,7 @@ class EngineLoop {
   std::condition_variable cv_;
   std::vector<std::pair<Request, Callbacks>> inbox_;
   std::vector<std::string> aborts_;
+  std::vector<std::pair<std::string, int64_t>> stops_;
   std::vector<std::function<void(Engine&)>> tasks_;
   EngineStats stats_;
   bool stop_ = false, paused_ = false, stepping_ = false;

@@ -146,6 +146,54 @@ TEST_F(CliModel, GenerateJsonlCompletesEveryLineInOrder) {
   fs::remove_all(dir);
 }
 
+TEST_F(CliModel, GenerateChatUsesTheChatTemplate) {
+  auto dir = fresh_dir("chat");
+  fs::create_directories(dir);
+  // The same conversation as a "prompt" (one user message), as "messages", and as the token ids
+  // of the ChatML rendering: greedy, all three complete alike.
+  std::vector<int32_t> ids = {257};  // <|im_start|>
+  for (char c : std::string("user\nhi")) ids.push_back(c);
+  ids.push_back(258);  // <|im_end|>
+  ids.push_back('\n');
+  ids.push_back(257);
+  for (char c : std::string("assistant\n")) ids.push_back(c);
+  {
+    std::ofstream in(dir / "chat.jsonl");
+    in << R"({"prompt": "hi"})"
+       << "\n"
+       << R"({"messages": [{"role": "user", "content": "hi"}]})"
+       << "\n"
+       << Json{{"prompt_token_ids", ids}}.dump() << "\n";
+  }
+  auto r = run_trellis("generate --model " + dir_.string() + " --chat --temperature 0 " +
+                       "--max-tokens 8 --input " + (dir / "chat.jsonl").string() + " --output " +
+                       (dir / "out.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream out(dir / "out.jsonl");
+  std::vector<Json> rows;
+  for (std::string line; std::getline(out, line);) rows.push_back(Json::parse(line));
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0]["prompt_tokens"], ids.size());
+  EXPECT_EQ(rows[1]["prompt_tokens"], ids.size());
+  EXPECT_EQ(rows[0]["completions"][0]["token_ids"], rows[2]["completions"][0]["token_ids"]);
+  EXPECT_EQ(rows[1]["completions"][0]["token_ids"], rows[2]["completions"][0]["token_ids"]);
+
+  auto one = run_trellis("generate --model " + dir_.string() +
+                         " --chat --prompt hi --temperature 0 --max-tokens 8");
+  EXPECT_EQ(one.status, 0) << one.output;
+
+  // Without a chat template, --chat is an error that says so.
+  auto bare = copy("nochat");
+  auto cfg = read_json_file((bare / "tokenizer_config.json").string());
+  cfg.erase("chat_template");
+  write_file_atomic(bare / "tokenizer_config.json", cfg.dump());
+  auto no = run_trellis("generate --model " + bare.string() + " --chat --prompt hi");
+  EXPECT_EQ(no.status, 1) << no.output;
+  EXPECT_CONTAINS(no.output, "no chat template");
+  EXPECT_CONTAINS(no.output, "--chat");
+  fs::remove_all(dir);
+}
+
 TEST_F(CliModel, BenchGenerateReportsThroughputAndUtilisation) {
   auto r = run_trellis("bench generate --model " + dir_.string() +
                        " --batch 4 --prompt-len 16 --max-tokens 8");

@@ -1,7 +1,7 @@
 // The rollout engine end to end on a tiny random model: batch invariance of verifiable sampling,
 // log-probs against the model's full forward, stop ids and max_tokens, n completions sharing a
 // prefill, preemption, weight swaps with per-token versions, C3PO++ budgets and retention, hidden
-// rows, aborts, validation, and the threaded loop.
+// rows, aborts, stopping one completion, validation, and the threaded loop.
 #include "engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -330,6 +330,50 @@ TEST(Engine, AbortEndsEveryCompletionOfTheRequest) {
   EXPECT_FALSE(engine.has_work());
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);
   engine.add(r);  // the id is free again
+}
+
+TEST(Engine, StopEndsOneCompletionAndItsSiblingsRunOn) {
+  auto model = tiny_model(torch::kFloat32);
+  Engine engine(*model, {});
+  std::map<std::pair<std::string, int64_t>, Completion> ended;
+  auto record = [&](Completion c) { ended[{c.request_id, c.index}] = std::move(c); };
+  auto r = make_request("s", 6, 4, 30);
+  r.n = 3;
+  engine.add(r, {.on_finish = record});
+  // A shared prefill not yet split: stopping one of its completions splits it first.
+  auto q = make_request("q", 8, 5, 30);
+  q.n = 2;
+  engine.add(q, {.on_finish = record});
+  engine.stop("q", 1);
+  ASSERT_EQ(ended.count({"q", 1}), 1u);
+  EXPECT_EQ(ended.at({"q", 1}).finish, Finish::kStop);
+  EXPECT_TRUE(ended.at({"q", 1}).tokens.empty());
+  for (int i = 0; i < 5; ++i) engine.step();
+  engine.stop("s", 1);
+  engine.stop("s", 7);       // no such completion: ignored
+  engine.stop("nobody", 0);  // no such request: ignored
+  ASSERT_EQ(ended.count({"s", 1}), 1u);
+  EXPECT_EQ(ended.at({"s", 1}).finish, Finish::kStop);
+  EXPECT_EQ(ended.at({"s", 1}).tokens.size(), 5u);
+  while (engine.has_work()) engine.step();
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+  // The others ran to max_tokens exactly as they would have alone.
+  for (int64_t i : {0, 2}) {
+    auto alone = make_request("s", 6, 4, 30);
+    alone.seed = 4 + static_cast<uint64_t>(i);
+    const auto& c = ended.at({"s", i});
+    EXPECT_EQ(c.finish, Finish::kLength);
+    EXPECT_EQ(c.tokens, run_one(*model, alone).tokens) << "completion " << i;
+  }
+  auto alone = make_request("q", 8, 5, 30);
+  EXPECT_EQ(ended.at({"q", 0}).tokens, run_one(*model, alone).tokens);
+  EXPECT_EQ(ended.at({"q", 0}).finish, Finish::kLength);
+  // The stopped completion's tokens are a prefix of what it would have sampled.
+  auto one = make_request("s", 6, 4, 30);
+  one.seed = 5;
+  auto full = run_one(*model, one).tokens;
+  const auto& stopped = ended.at({"s", 1}).tokens;
+  EXPECT_TRUE(std::equal(stopped.begin(), stopped.end(), full.begin()));
 }
 
 TEST(Engine, InvalidRequestsAreRefusedWithTheReason) {
