@@ -30,12 +30,9 @@ std::vector<Request> random_requests(const model::HfConfig& config, const Genera
 // for its `positions` positions.
 double decode_step_bytes(const model::HfConfig& c, int64_t element_bytes, int64_t sequences,
                          int64_t positions) {
-  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                kv = c.num_key_value_heads * c.head_dim;
-  const double per_layer = double(d) * q * 2 + double(d) * kv * 2 + 3.0 * d * c.intermediate_size;
-  const double weights = c.num_hidden_layers * per_layer + double(c.vocab_size) * d;
+  const int64_t kv = c.num_key_value_heads * c.head_dim;
   const double cache = 2.0 * c.num_hidden_layers * kv * double(positions) * sequences;
-  return (weights + cache) * element_bytes;
+  return (static_cast<double>(c.num_matmul_parameters()) + cache) * element_bytes;
 }
 
 }  // namespace
@@ -55,10 +52,8 @@ double measure_read_bandwidth() {
 
 double generate_flops(const model::HfConfig& c, int64_t batch, int64_t prompt_len,
                       int64_t max_tokens) {
-  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                kv = c.num_key_value_heads * c.head_dim;
-  const double per_layer = double(d) * q * 2 + double(d) * kv * 2 + 3.0 * d * c.intermediate_size;
-  const double matmul_params = c.num_hidden_layers * per_layer + double(c.vocab_size) * d;
+  const int64_t q = c.num_attention_heads * c.head_dim;
+  const auto matmul_params = static_cast<double>(c.num_matmul_parameters());
   // Fed tokens sit at positions 0 .. prompt_len + max_tokens - 2 (the last sampled token is never
   // fed back); the one at position p attends to p + 1 keys.
   const double fed = prompt_len + max_tokens - 1;

@@ -54,6 +54,23 @@ TRELLIS_INLINE void prefetch_block(const T* p, int64_t elements) {
 constexpr int64_t kKeyGroup = 4;  // key blocks per pass: independent accumulator chains
 constexpr int64_t kValueLead = 2;
 
+// Calls f(b, m, block) for the value blocks of a sequence of n tokens in order (m: its tokens),
+// with the block kValueLead ahead prefetched.
+template <typename T, typename F>
+TRELLIS_INLINE void for_each_value_block(const T* vc, const int32_t* table, int64_t n,
+                                         int64_t stride, F&& f) {
+  const int64_t nb = (n + B - 1) / B;
+  for (int64_t b = 0; b < std::min(nb, kValueLead); ++b) {
+    prefetch_block(vc + static_cast<int64_t>(table[b]) * stride, stride);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b + kValueLead < nb) {
+      prefetch_block(vc + static_cast<int64_t>(table[b + kValueLead]) * stride, stride);
+    }
+    f(b, std::min(B, n - b * B), static_cast<int64_t>(table[b]));
+  }
+}
+
 // Scratch of one thread, reused across tokens.
 struct Scratch {
   std::vector<float> scores, acc, qf, inv;
@@ -188,16 +205,9 @@ TRELLIS_INLINE void attend_token_f32(const float* q, const float* kc, const floa
     inv[h] = 1.0f / vec::exp_scaled_sum(sh, 1.0f, vec::max_value(sh, n), n);
   }
   std::fill(acc, acc + H * hd, 0.0f);
-  for (int64_t b = 0; b < std::min(nb, kValueLead); ++b) {
-    prefetch_block(vc + static_cast<int64_t>(table[b]) * stride, stride);
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t m = std::min(B, n - b * B);
-    if (b + kValueLead < nb) {
-      prefetch_block(vc + static_cast<int64_t>(table[b + kValueLead]) * stride, stride);
-    }
+  for_each_value_block(vc, table, n, stride, [&](int64_t b, int64_t m, int64_t block) {
     for (int64_t h = 0; h < H; ++h) {
-      const float* vb = vc + (static_cast<int64_t>(table[b]) * KV + h / G) * B * hd;
+      const float* vb = vc + (block * KV + h / G) * B * hd;
       const float* wh = scores + h * npad + b * B;
 #ifdef TRELLIS_HAVE_AVX512_PATH
       if constexpr (kAvx512) {
@@ -207,7 +217,7 @@ TRELLIS_INLINE void attend_token_f32(const float* q, const float* kc, const floa
 #endif
       block_values(wh, vb, m, hd, acc + h * hd);
     }
-  }
+  });
   for (int64_t h = 0; h < H; ++h)
     for (int64_t d = 0; d < hd; ++d) out[h * hd + d] = acc[h * hd + d] * inv[h];
 }
@@ -325,19 +335,12 @@ TRELLIS_BF16DP void attend_token_dp(const uint16_t* q, const uint16_t* kc, const
     vec::float_to_bf16(sh, weights + h * npad, n);
   }
   std::fill(acc, acc + H * hd, 0.0f);
-  for (int64_t b = 0; b < std::min(nb, kValueLead); ++b) {
-    prefetch_block(vc + static_cast<int64_t>(table[b]) * stride, stride);
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t m = std::min(B, n - b * B);
-    if (b + kValueLead < nb) {
-      prefetch_block(vc + static_cast<int64_t>(table[b + kValueLead]) * stride, stride);
-    }
+  for_each_value_block(vc, table, n, stride, [&](int64_t b, int64_t m, int64_t block) {
     for (int64_t h = 0; h < H; ++h) {
-      const uint16_t* vb = vc + (static_cast<int64_t>(table[b]) * KV + h / G) * B * hd;
+      const uint16_t* vb = vc + (block * KV + h / G) * B * hd;
       values_dp<kChunks>(weights + h * npad + b * B, vb, m, acc + h * hd);
     }
-  }
+  });
   for (int64_t h = 0; h < H; ++h)
     for (int64_t d = 0; d < hd; ++d) acc[h * hd + d] *= inv[h];
   vec::float_to_bf16(acc, out, H * hd);

@@ -160,4 +160,11 @@ int64_t HfConfig::num_parameters() const {
   return num_hidden_layers * (attn + mlp + norms) + d + embed;
 }
 
+int64_t HfConfig::num_matmul_parameters() const {
+  const int64_t d = hidden_size, q = num_attention_heads * head_dim,
+                kv = num_key_value_heads * head_dim;
+  const int64_t per_layer = 2 * d * q + 2 * d * kv + 3 * d * intermediate_size;
+  return num_hidden_layers * per_layer + vocab_size * d;
+}
+
 }  // namespace trellis::model

@@ -48,6 +48,9 @@ struct HfConfig {
   void validate(const std::string& where) const;
   // Number of parameters, counting a tied embedding once.
   int64_t num_parameters() const;
+  // Weights that take part in matmuls per token (projections, MLP, LM head): 2 FLOPs each per
+  // token forward, and each read once per decode step.
+  int64_t num_matmul_parameters() const;
 };
 
 }  // namespace trellis::model

@@ -34,11 +34,8 @@ double measure_matmul_flops(const Compute& compute, int64_t n) {
 }
 
 double train_flops(const HfConfig& c, int64_t tokens, double sum_sq_lens) {
-  const int64_t d = c.hidden_size, q = c.num_attention_heads * c.head_dim,
-                kv = c.num_key_value_heads * c.head_dim;
-  const double per_layer = double(d) * q * 2 + double(d) * kv * 2 + 3.0 * d * c.intermediate_size;
-  const double matmul_params = c.num_hidden_layers * per_layer + double(c.vocab_size) * d;
-  return 6.0 * matmul_params * tokens +
+  const int64_t q = c.num_attention_heads * c.head_dim;
+  return 6.0 * static_cast<double>(c.num_matmul_parameters()) * tokens +
          6.0 * c.num_hidden_layers * q * sum_sq_lens;  // 2 matmuls x 2 FLOPs x 3 passes x 1/2
 }
 
