@@ -5,7 +5,8 @@
 //
 // Per layer, keys are stored [block, kv_head, head_dim, block_size] (token index innermost, so a
 // query's scores against one block are a vector of block_size lanes) and values
-// [block, kv_head, block_size, head_dim].
+// [block, kv_head, block_size, head_dim]; bf16 pools interleave pairs within each block as
+// paged_attention.h describes. The cache only allocates: paged_attention writes and reads.
 //
 // Placement matters on CPUs: decoding streams every cached key and value once per step, and memory
 // streams fastest when a sequence's blocks are consecutive (the hardware prefetcher follows them).

@@ -19,7 +19,13 @@ struct PagedBatch {
 
 // q [T, heads, hd], k and v [T, kv_heads, hd] in the cache's dtype; key_cache
 // [blocks, kv_heads, hd, kBlockSize], value_cache [blocks, kv_heads, kBlockSize, hd]. Returns
-// [T, heads * hd]. CPU: a fused kernel; other devices: the composed version below.
+// [T, heads * hd]. CPU: a fused kernel; other devices, and bf16 without AVX512-BF16 or with a head
+// size other than 64 or 128: the composed version below.
+//
+// Memory layout within one (block, kv head) slab. fp32: keys [hd][B] (token innermost), values
+// [B][hd]. bf16 is pair-interleaved for AVX512-BF16 dot products, which multiply adjacent bf16
+// pairs: keys [hd / 2][B][2] (dims 2i and 2i+1 of a token side by side), values [B / 2][hd][2]
+// (tokens 2i and 2i+1 of a dim side by side). The tensor shapes are the same for both dtypes.
 torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const PagedBatch& batch);
