@@ -10,17 +10,19 @@
 #include <map>
 
 #include "cli/commands.h"
-#include "cli/prompting.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "common/logging.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
+#include "model/prompting.h"
 #include "model/tokenizer.h"
 
 namespace trellis::cli {
 namespace {
+
+using model::Prompting;
 
 struct GenerateFlags {
   std::string model, prompt, input, output;
@@ -198,7 +200,7 @@ void run_generate(const GenerateFlags& f) {
   }
   auto compute = setup_compute(f.compute);
   auto transformer = model::load_transformer(f.model, compute);
-  Prompting p(f.model, *transformer);
+  const auto p = model::Prompting::load(f.model, transformer->config());
   if (f.chat && !p.chat) throw Error(p.chat_error, "--chat");
   engine::EngineOptions options;
   options.max_num_seqs = f.max_num_seqs;

@@ -12,13 +12,13 @@
 #include <filesystem>
 
 #include "cli/commands.h"
-#include "cli/prompting.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/engine.h"
 #include "engine/engine_loop.h"
 #include "engine/openai_server.h"
 #include "model/checkpoint.h"
+#include "model/prompting.h"
 
 namespace trellis::cli {
 namespace {
@@ -81,7 +81,7 @@ void run_serve(const ServeFlags& f) {
 
   auto compute = setup_compute(f.compute);
   auto transformer = model::load_transformer(f.model, compute);
-  Prompting p(f.model, *transformer);
+  const auto p = model::Prompting::load(f.model, transformer->config());
   engine::EngineOptions options;
   options.max_num_seqs = f.max_num_seqs;
   options.kv_cache_mib = f.kv_cache_mib;
@@ -92,15 +92,13 @@ void run_serve(const ServeFlags& f) {
   engine::ServedModel served;
   served.name = f.served_model_name.empty() ? default_name(f.model) : f.served_model_name;
   served.context_length = transformer->config().max_position_embeddings;
-  served.add_bos = p.add_bos;
-  served.stop_ids = p.stop_ids;
   engine::ServerOptions server_options;
   server_options.host = f.host;
   server_options.port = f.port;
   server_options.max_body_bytes = static_cast<size_t>(f.max_body_bytes);
   server_options.default_max_tokens = f.max_tokens_default;
   server_options.http_threads = f.http_threads;
-  engine::OpenAIServer server(loop, p.tok, served, server_options);
+  engine::OpenAIServer server(loop, p, served, server_options);
   const int port = server.start();
   log::info("{} on {}, chat template: {}", f.model, compute.describe(),
             p.chat ? p.chat->format_name() : "none");

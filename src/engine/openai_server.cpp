@@ -19,7 +19,6 @@
 #include "common/logging.h"
 #include "engine/openai_protocol.h"
 #include "engine/text_stream.h"
-#include "model/chat_template.h"
 
 namespace trellis::engine {
 namespace {
@@ -104,17 +103,6 @@ struct Job {
   }
 };
 
-const char* finish_reason(Finish finish) {
-  switch (finish) {
-    case Finish::kStop:
-      return "stop";
-    case Finish::kLength:
-      return "length";
-    default:
-      return "abort";
-  }
-}
-
 int64_t characters(const std::string& s) {
   int64_t n = 0;
   for (char c : s) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
@@ -146,12 +134,11 @@ void reply_error(httplib::Response& res, const ApiError& e) {
 
 struct OpenAIServer::Impl {
   EngineLoop& loop;
-  std::shared_ptr<const model::Tokenizer> tokenizer;  // shared with jobs the engine still runs
+  std::shared_ptr<const model::Prompting> prompting;
+  std::shared_ptr<const model::Tokenizer> tokenizer;  // prompting's, shared with running jobs
   const model::Tokenizer& tok;
   ServedModel model;
   ServerOptions opt;
-  std::optional<model::ChatTemplate> chat;
-  std::string chat_error;  // why chat is unavailable
   int64_t started_at = std::time(nullptr);
 
   httplib::Server svr;
@@ -165,17 +152,13 @@ struct OpenAIServer::Impl {
   std::map<std::pair<std::string, int>, int64_t> http_counts;
   int64_t prompt_tokens = 0, completion_tokens = 0;
 
-  Impl(EngineLoop& l, const model::Tokenizer& t, ServedModel m, ServerOptions o)
+  Impl(EngineLoop& l, const model::Prompting& p, ServedModel m, ServerOptions o)
       : loop(l),
-        tokenizer(std::make_shared<const model::Tokenizer>(t)),
+        prompting(std::make_shared<const model::Prompting>(p)),
+        tokenizer(prompting, &prompting->tok),
         tok(*tokenizer),
         model(std::move(m)),
         opt(std::move(o)) {
-    try {
-      chat = model::ChatTemplate::for_tokenizer(tok, "model '" + model.name + "'");
-    } catch (const Error& e) {
-      chat_error = e.what();
-    }
     routes();
   }
 
@@ -322,16 +305,6 @@ struct OpenAIServer::Impl {
     }
   }
 
-  Json body_of(const httplib::Request& req) const {
-    if (req.body.size() > opt.max_body_bytes) {
-      throw ApiError(
-          413,
-          fmt::format("the request body is larger than the limit of {} bytes", opt.max_body_bytes),
-          "", "request_too_large");
-    }
-    return parse_body(req.body);
-  }
-
   // ---- the generation endpoints ------------------------------------------------------------
 
   std::shared_ptr<Job> new_job(Api api, const GenerationParams& params) {
@@ -346,7 +319,7 @@ struct OpenAIServer::Impl {
   }
 
   void completions(const httplib::Request& req, httplib::Response& res) {
-    const Json body = body_of(req);
+    const Json body = parse_body(req.body);  // httplib refused bodies over the limit (413)
     CompletionsRequest r = parse_completions(body);
     check_model(r.params.model);
     auto job = new_job(Api::kCompletions, r.params);
@@ -354,8 +327,7 @@ struct OpenAIServer::Impl {
     for (const auto& p : r.prompts) {
       std::vector<int32_t> ids;
       if (p.text) {
-        if (model.add_bos && tok.bos_id()) ids.push_back(*tok.bos_id());
-        for (int32_t id : tok.encode(*p.text)) ids.push_back(id);
+        ids = prompting->encode(*p.text);
         job->prompt_texts.push_back(*p.text);
       } else {
         ids = p.ids;
@@ -363,28 +335,25 @@ struct OpenAIServer::Impl {
       }
       job->prompts.push_back(std::move(ids));
     }
-    run(job, {}, res);
+    run(job, prompting->stop_ids, res);
   }
 
   void chat_completions(const httplib::Request& req, httplib::Response& res) {
-    const Json body = body_of(req);
+    const Json body = parse_body(req.body);  // httplib refused bodies over the limit (413)
     ChatRequest r = parse_chat(body);
     check_model(r.params.model);
-    if (!chat) throw ApiError(400, chat_error, "messages");
     auto job = new_job(Api::kChat, r.params);
     try {
-      job->prompts.push_back(chat->encode(tok, r.messages, r.options));
+      job->prompts.push_back(prompting->encode_chat(r.messages, r.options));
     } catch (const Error& e) {
       throw ApiError(400, e.what(), "messages");
     }
     job->prompt_texts.push_back("");
-    std::vector<int32_t> stop;
-    if (auto id = tok.token_to_id(chat->end_of_turn())) stop.push_back(*id);
-    run(job, stop, res);
+    run(job, prompting->chat_stop_ids(), res);
   }
 
   // Submits the job's requests, then answers: at once with a stream, or when all are done.
-  void run(const std::shared_ptr<Job>& job, const std::vector<int32_t>& extra_stop_ids,
+  void run(const std::shared_ptr<Job>& job, const std::vector<int32_t>& stop_ids,
            httplib::Response& res) {
     const int64_t n = job->params.n;
     for (size_t k = 0; k < job->prompts.size(); ++k) {
@@ -406,7 +375,7 @@ struct OpenAIServer::Impl {
       active.insert(job);
     }
     try {
-      submit(job, extra_stop_ids);
+      submit(job, stop_ids);
     } catch (...) {
       release(job);
       throw;
@@ -427,7 +396,7 @@ struct OpenAIServer::Impl {
     res.set_content(dump(response_json(*job)), "application/json");
   }
 
-  void submit(const std::shared_ptr<Job>& job, const std::vector<int32_t>& extra_stop_ids) {
+  void submit(const std::shared_ptr<Job>& job, const std::vector<int32_t>& stop_ids) {
     const auto& p = job->params;
     for (size_t k = 0; k < job->prompts.size(); ++k) {
       Request r;
@@ -437,8 +406,7 @@ struct OpenAIServer::Impl {
       const int64_t room = model.context_length - static_cast<int64_t>(r.prompt.size());
       r.max_tokens =
           p.max_tokens.value_or(std::max<int64_t>(1, std::min(opt.default_max_tokens, room)));
-      r.stop_ids = model.stop_ids;
-      r.stop_ids.insert(r.stop_ids.end(), extra_stop_ids.begin(), extra_stop_ids.end());
+      r.stop_ids = stop_ids;
       r.stop_ids.insert(r.stop_ids.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
       r.sampling = p.sampling;
       r.seed = job->seed;
@@ -493,7 +461,7 @@ struct OpenAIServer::Impl {
         c.ended = true;
         --job->unfinished;
         if (c.finish.empty()) {
-          c.finish = finish_reason(done.finish);
+          c.finish = finish_name(done.finish);
           std::string rest = c.text.finish();
           if (job->params.stream) {
             if (!rest.empty()) {
@@ -703,9 +671,9 @@ struct OpenAIServer::Impl {
   }
 };
 
-OpenAIServer::OpenAIServer(EngineLoop& loop, const model::Tokenizer& tokenizer, ServedModel model,
+OpenAIServer::OpenAIServer(EngineLoop& loop, const model::Prompting& prompting, ServedModel model,
                            ServerOptions options)
-    : impl_(std::make_unique<Impl>(loop, tokenizer, std::move(model), std::move(options))) {}
+    : impl_(std::make_unique<Impl>(loop, prompting, std::move(model), std::move(options))) {}
 
 OpenAIServer::~OpenAIServer() { stop(); }
 
@@ -724,10 +692,10 @@ int OpenAIServer::start() {
                 where);
   }
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
-  if (m.chat) {
-    log::debug("openai server: chat template {}", m.chat->format_name());
+  if (m.prompting->chat) {
+    log::debug("openai server: chat template {}", m.prompting->chat->format_name());
   } else {
-    log::warn("openai server: /v1/chat/completions is unavailable: {}", m.chat_error);
+    log::warn("openai server: /v1/chat/completions is unavailable: {}", m.prompting->chat_error);
   }
   return m.port;
 }

@@ -14,7 +14,7 @@
 // request aborted.
 //
 // The HTTP handlers run on a thread pool of their own. The server owns no engine state: the
-// EngineLoop must outlive it (the tokenizer is copied). start() and stop() are for one owning
+// EngineLoop must outlive it (the Prompting is copied). start() and stop() are for one owning
 // thread.
 #pragma once
 
@@ -25,16 +25,14 @@
 #include <vector>
 
 #include "engine/engine_loop.h"
-#include "model/tokenizer.h"
+#include "model/prompting.h"
 
 namespace trellis::engine {
 
-// What the server needs to know about the model besides the engine.
+// What the server needs to know about the model besides the engine and its Prompting.
 struct ServedModel {
-  std::string name;               // the id clients pass as "model"
-  int64_t context_length = 0;     // max_position_embeddings
-  bool add_bos = false;           // text prompts start with the tokenizer's BOS (Llama)
-  std::vector<int32_t> stop_ids;  // end every completion (the EOS ids)
+  std::string name;            // the id clients pass as "model"
+  int64_t context_length = 0;  // max_position_embeddings
 };
 
 struct ServerOptions {
@@ -47,7 +45,7 @@ struct ServerOptions {
 
 class OpenAIServer {
  public:
-  OpenAIServer(EngineLoop& loop, const model::Tokenizer& tokenizer, ServedModel model,
+  OpenAIServer(EngineLoop& loop, const model::Prompting& prompting, ServedModel model,
                ServerOptions options = {});
   ~OpenAIServer();  // stop()
   OpenAIServer(const OpenAIServer&) = delete;

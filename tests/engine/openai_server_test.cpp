@@ -65,8 +65,9 @@ class OpenAIServerTest : public ::testing::Test {
     options.vocab_limit = tok_->vocab_size();
     engine_ = new Engine(*model_, options);
     loop_ = new EngineLoop(*engine_);
-    ServedModel served{"tiny", model_->config().max_position_embeddings, false, tok_->eos_ids()};
-    server_ = new OpenAIServer(*loop_, *tok_, served,
+    prompting_ = new model::Prompting(*tok_, model_->config(), dir_.string());
+    ServedModel served{"tiny", model_->config().max_position_embeddings};
+    server_ = new OpenAIServer(*loop_, *prompting_, served,
                                {.host = "127.0.0.1", .port = 0, .max_body_bytes = kMaxBody});
     port_ = server_->start();
   }
@@ -76,6 +77,7 @@ class OpenAIServerTest : public ::testing::Test {
     delete engine_;
     delete model_;
     delete reference_model_;
+    delete prompting_;
     delete tok_;
     fs::remove_all(dir_);
   }
@@ -153,7 +155,7 @@ class OpenAIServerTest : public ::testing::Test {
     r.prompt = std::move(prompt);
     r.n = n;
     r.max_tokens = max_tokens;
-    r.stop_ids = tok_->eos_ids();
+    r.stop_ids = prompting_->stop_ids;  // what the server stops at
     r.sampling.temperature = temperature;
     r.seed = seed;
     r.top_logprobs = top_logprobs;
@@ -183,6 +185,7 @@ class OpenAIServerTest : public ::testing::Test {
   static Transformer *model_, *reference_model_;
   static Engine* engine_;
   static EngineLoop* loop_;
+  static model::Prompting* prompting_;
   static OpenAIServer* server_;
   static int port_;
 };
@@ -192,6 +195,7 @@ Transformer* OpenAIServerTest::model_ = nullptr;
 Transformer* OpenAIServerTest::reference_model_ = nullptr;
 Engine* OpenAIServerTest::engine_ = nullptr;
 EngineLoop* OpenAIServerTest::loop_ = nullptr;
+model::Prompting* OpenAIServerTest::prompting_ = nullptr;
 OpenAIServer* OpenAIServerTest::server_ = nullptr;
 int OpenAIServerTest::port_ = 0;
 

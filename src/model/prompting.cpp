@@ -1,25 +1,30 @@
-#include "cli/prompting.h"
+#include "model/prompting.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/error.h"
 
-namespace trellis::cli {
+namespace trellis::model {
 
-Prompting::Prompting(const std::filesystem::path& dir, const model::Transformer& m)
-    : tok(model::Tokenizer::load(dir)) {
-  add_bos = m.config().arch == model::Arch::Llama && tok.bos_id().has_value();
+Prompting::Prompting(Tokenizer tokenizer, const HfConfig& config, const std::string& where)
+    : tok(std::move(tokenizer)) {
+  add_bos = config.arch == Arch::Llama && tok.bos_id().has_value();
   stop_ids = tok.eos_ids();
-  for (int64_t id : m.config().eos_token_ids) {
+  for (int64_t id : config.eos_token_ids) {
     if (std::find(stop_ids.begin(), stop_ids.end(), id) == stop_ids.end()) {
       stop_ids.push_back(static_cast<int32_t>(id));
     }
   }
   try {
-    chat = model::ChatTemplate::for_tokenizer(tok, dir.string());
+    chat = ChatTemplate::for_tokenizer(tok, where);
   } catch (const Error& e) {
     chat_error = e.what();
   }
+}
+
+Prompting Prompting::load(const std::filesystem::path& dir, const HfConfig& config) {
+  return Prompting(Tokenizer::load(dir), config, dir.string());
 }
 
 std::vector<int32_t> Prompting::encode(const std::string& text) const {
@@ -30,12 +35,14 @@ std::vector<int32_t> Prompting::encode(const std::string& text) const {
 }
 
 std::vector<int32_t> Prompting::encode_chat(const std::string& user_message) const {
-  return encode_chat(std::vector<model::ChatMessage>{{"user", user_message}});
+  const ChatMessage message{"user", user_message};
+  return encode_chat(std::span(&message, 1));
 }
 
-std::vector<int32_t> Prompting::encode_chat(const std::vector<model::ChatMessage>& messages) const {
+std::vector<int32_t> Prompting::encode_chat(std::span<const ChatMessage> messages,
+                                            const ChatOptions& options) const {
   if (!chat) throw Error(chat_error);
-  return chat->encode(tok, messages);  // the template emits BOS itself where the format has one
+  return chat->encode(tok, messages, options);  // the template emits BOS itself where it has one
 }
 
 std::vector<int32_t> Prompting::chat_stop_ids() const {
@@ -49,4 +56,4 @@ std::vector<int32_t> Prompting::chat_stop_ids() const {
   return ids;
 }
 
-}  // namespace trellis::cli
+}  // namespace trellis::model
