@@ -176,8 +176,7 @@ void generate_file(const GenerateFlags& f, engine::Engine& engine, const Prompti
       if (!lines[next_to_write].prompt.empty()) row["prompt"] = lines[next_to_write].prompt;
       row["completions"] = Json::array();
       for (const auto& c : cs) row["completions"].push_back(completion_json(c, p));
-      // Token bytes need not be valid UTF-8: replace broken sequences with U+FFFD, as HF does.
-      const std::string text = row.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+      const std::string text = json_text(row) + "\n";
       out.write(text.data(), text.size());
       cs.clear();
     }

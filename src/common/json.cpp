@@ -14,4 +14,8 @@ Json parse_json(std::string_view text, const std::string& where) {
 
 Json read_json_file(const std::string& path) { return parse_json(read_file(path), path); }
 
+std::string json_text(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 }  // namespace trellis

@@ -17,6 +17,9 @@ using Json = nlohmann::json;
 Json parse_json(std::string_view text, const std::string& where);
 // Reads and parses a JSON file.
 Json read_json_file(const std::string& path);
+// Compact JSON text in which bytes that are not valid UTF-8 (a token may hold part of a character)
+// become U+FFFD, as Hugging Face decoders do: what goes out on the wire and into JSONL files.
+std::string json_text(const Json& j);
 
 // The value of a required field, converted to T. Throws Error("missing field 'key'", where) or
 // Error("field 'key' must be <type>", where).

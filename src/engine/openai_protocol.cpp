@@ -347,6 +347,4 @@ Json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
               {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-
 }  // namespace trellis::engine

@@ -92,8 +92,4 @@ Json chat_logprobs(const model::Tokenizer& tok, const TokenRun& run);
 
 Json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 
-// JSON text for the wire: bytes that are not valid UTF-8 (a token may hold part of a character)
-// become U+FFFD, as Hugging Face decoders do.
-std::string dump(const Json& j);
-
 }  // namespace trellis::engine

@@ -127,7 +127,7 @@ thread_local RequestLog request_log;
 
 void reply_error(httplib::Response& res, const ApiError& e) {
   res.status = e.status();
-  res.set_content(dump(e.to_json()), "application/json");
+  res.set_content(json_text(e.to_json()), "application/json");
 }
 
 }  // namespace
@@ -207,11 +207,11 @@ struct OpenAIServer::Impl {
             }));
     svr.Get("/v1/models", guarded([this](const auto&, auto& res) {
               Json list = {{"object", "list"}, {"data", Json::array({model_json()})}};
-              res.set_content(dump(list), "application/json");
+              res.set_content(json_text(list), "application/json");
             }));
     svr.Get(R"(/v1/models/(.+))", guarded([this](const auto& req, auto& res) {
               check_model(req.matches[1].str());
-              res.set_content(dump(model_json()), "application/json");
+              res.set_content(json_text(model_json()), "application/json");
             }));
     svr.Post("/v1/completions",
              guarded([this](const auto& req, auto& res) { completions(req, res); }));
@@ -393,7 +393,7 @@ struct OpenAIServer::Impl {
     request_log.note = log_note(*job);
     if (cancelled) throw ApiError(503, "the server is shutting down");
     if (aborted) throw ApiError(500, "the engine ended the request early (see the server log)");
-    res.set_content(dump(response_json(*job)), "application/json");
+    res.set_content(json_text(response_json(*job)), "application/json");
   }
 
   void submit(const std::shared_ptr<Job>& job, const std::vector<int32_t>& stop_ids) {
@@ -606,7 +606,7 @@ struct OpenAIServer::Impl {
             for (const Event& e : job->events) {
               const bool first = !(*started)[e.choice];
               (*started)[e.choice] = true;
-              out += "data: " + dump(event_json(*job, e, first)) + "\n\n";
+              out += "data: " + json_text(event_json(*job, e, first)) + "\n\n";
             }
             job->events.clear();
             finished = job->unfinished == 0;
@@ -615,11 +615,12 @@ struct OpenAIServer::Impl {
             if (finished && job->params.include_usage) {
               Json usage = chunk_json(*job, Json::array());
               usage["usage"] = usage_json(job->prompt_tokens(), job->completion_tokens());
-              out += "data: " + dump(usage) + "\n\n";
+              out += "data: " + json_text(usage) + "\n\n";
             }
           }
           if (cancelled) {
-            out += "data: " + dump(ApiError(503, "the server is shutting down").to_json()) + "\n\n";
+            out += "data: " + json_text(ApiError(503, "the server is shutting down").to_json()) +
+                   "\n\n";
           }
           if (finished || cancelled) out += "data: [DONE]\n\n";
           if (!out.empty() && !sink.write(out.data(), out.size())) return false;  // client gone

@@ -41,7 +41,7 @@ std::unique_ptr<Transformer> tiny_model() {
 }
 
 // What the server's JSON holds for raw bytes (invalid UTF-8 becomes U+FFFD).
-std::string as_served(const std::string& bytes) { return Json::parse(dump(Json(bytes))); }
+std::string as_served(const std::string& bytes) { return Json::parse(json_text(Json(bytes))); }
 
 struct Reply {
   int status = 0;
