@@ -1,9 +1,9 @@
 # trellis_module(NAME [TORCH] DEPS ...): one static library per src/ folder.
-# Sources are every .cpp in the folder; TORCH modules get libtorch and a shared precompiled header
+# Sources are every .cpp in the folder and its subfolders; TORCH modules get libtorch and a shared precompiled header
 # so that its (slow) headers are parsed once per module rather than once per file.
 function(trellis_module name)
   cmake_parse_arguments(ARG "TORCH" "" "DEPS" ${ARGN})
-  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
   add_library(trellis_${name} STATIC ${srcs})
   target_include_directories(trellis_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(trellis_${name} PUBLIC ${ARG_DEPS})

@@ -10,6 +10,8 @@ PACKAGES=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libicu-dev                     # tokenizer regexes (Unicode classes), NFC
   libcpp-httplib-dev                          # the OpenAI-compatible server and HTTP tests
+  libginac-dev                                # math answers: symbolic equivalence
+  bubblewrap python3                          # the code environment's sandbox and interpreter
   libgtest-dev
 )
 # Node.js runs the reference implementations in tests/interop (HF tokenizers). A node/npm already on

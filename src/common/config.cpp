@@ -127,6 +127,11 @@ void Config::throw_wrong_type(std::string_view key) const {
                           type_name(node(key).type())));
 }
 
+void Config::throw_wrong_element(std::string_view key, size_t index) const {
+  throw Error(fmt::format("config key '{}': element {} holds {}, not the type asked for", key,
+                          index, type_name((*node(key).as_array())[index].type())));
+}
+
 std::string Config::to_toml() const {
   std::ostringstream os;
   os << toml::toml_formatter{table_} << "\n";

@@ -37,6 +37,21 @@ class Config {
     return *v;
   }
 
+  // The array at a dotted key, each element converted to T (as get()). Error naming the key and
+  // the element's index when one holds another type.
+  template <typename T>
+  std::vector<T> get_list(std::string_view key) const {
+    const toml::array* a = node(key).as_array();
+    if (a == nullptr) throw_wrong_type(key);
+    std::vector<T> out;
+    for (size_t i = 0; i < a->size(); ++i) {
+      auto v = (*a)[i].value<T>();
+      if (!v) throw_wrong_element(key, i);
+      out.push_back(*v);
+    }
+    return out;
+  }
+
   // The resolved configuration as TOML text (what `trellis config show` prints and what a run
   // saves as config.toml).
   std::string to_toml() const;
@@ -44,6 +59,7 @@ class Config {
  private:
   const toml::node& node(std::string_view key) const;
   [[noreturn]] void throw_wrong_type(std::string_view key) const;
+  [[noreturn]] void throw_wrong_element(std::string_view key, size_t index) const;
   void merge_table(const toml::table& src, const std::string& prefix, const std::string& where);
 
   toml::table table_;

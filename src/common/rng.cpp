@@ -38,4 +38,40 @@ double uniform53(uint32_t hi, uint32_t lo) {
   return static_cast<double>(bits) * 0x1p-53;
 }
 
+RandomStream::RandomStream(uint64_t seed, uint32_t stream)
+    : key_{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)},
+      counter_{0, 0, stream, 0} {}
+
+uint32_t RandomStream::next_u32() {
+  if (used_ == 4) {
+    block_ = philox4x32(counter_, key_);
+    if (++counter_[0] == 0) ++counter_[1];
+    used_ = 0;
+  }
+  return block_[used_++];
+}
+
+uint64_t RandomStream::next_u64() {
+  const uint64_t hi = next_u32();
+  return (hi << 32) | next_u32();
+}
+
+double RandomStream::uniform() {
+  const uint32_t hi = next_u32();
+  return uniform53(hi, next_u32());
+}
+
+int64_t RandomStream::uniform_int(int64_t lo, int64_t hi) {
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;  // 0 when the range is all of int64
+  if (span == 0) return static_cast<int64_t>(next_u64());
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % span;  // accept draws below a multiple of span
+  uint64_t x;
+  do {
+    x = next_u64();
+  } while (x >= limit);
+  return lo + static_cast<int64_t>(x % span);
+}
+
+bool RandomStream::bernoulli(double p) { return uniform() < p; }
+
 }  // namespace trellis
