@@ -1,9 +1,12 @@
-// `trellis bench train`: training throughput and MFU on this machine.
+// `trellis bench train | generate | verify`: training throughput and MFU, rollout engine speed, and
+// verifier throughput on this machine.
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/env_flags.h"
 #include "common/logging.h"
 #include "engine/generate_bench.h"
+#include "env/verify_bench.h"
 #include "model/checkpoint.h"
 #include "model/train_bench.h"
 
@@ -84,6 +87,27 @@ void run_bench_generate(const BenchGenerateFlags& f) {
       static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.decode_steps), r.decode_s);
 }
 
+struct BenchVerifyFlags {
+  EnvFlags env;
+  env::VerifyBenchOptions options;
+};
+
+void run_bench_verify(const BenchVerifyFlags& f) {
+  env::check_difficulty(f.options.difficulty, "--difficulty");
+  const auto environment = f.env.make();
+  const auto& o = f.options;
+  std::printf("bench verify: %s, %lld tasks of difficulty %d, %d scoring threads\n",
+              environment->name().c_str(), static_cast<long long>(o.tasks), o.difficulty,
+              o.threads);
+  const auto r = env::bench_verify(*environment, o);
+  std::printf("%-22s %12s %14s\n", "completions", "tasks/s", "scored 1");
+  std::printf("%-22s %12.1f %9lld/%lld\n", "reference solutions", r.correct_tasks_per_s,
+              static_cast<long long>(r.correct_scored_1), static_cast<long long>(o.tasks));
+  std::printf("%-22s %12.1f %9lld/%lld\n", "another task's answer", r.wrong_tasks_per_s,
+              static_cast<long long>(r.wrong_scored_1), static_cast<long long>(o.tasks));
+  std::printf("generator: %.1f tasks/s\n", r.generate_tasks_per_s);
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app) {
@@ -127,6 +151,21 @@ void add_bench_commands(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   gen->add_option("--seed", g.options.seed, "prompt and sampling seed")->capture_default_str();
   add_compute_flags(gen, g.compute);
+
+  static BenchVerifyFlags v;
+  auto* verify = bench->add_subcommand(
+      "verify", "Verifier throughput: tasks/s scoring correct and wrong answers");
+  add_env_flags(verify, v.env, /*env_required=*/true);
+  verify->add_option("--n", v.options.tasks, "generated tasks to score")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  verify->add_option("--difficulty", v.options.difficulty, "generator difficulty 1..10")
+      ->capture_default_str();
+  verify->add_option("--seed", v.options.seed, "generator seed")->capture_default_str();
+  verify->add_option("--threads", v.options.threads, "threads scoring at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  verify->callback([] { run_bench_verify(v); });
   gen->callback([] { run_bench_generate(g); });
 }
 

@@ -2,14 +2,13 @@
 // stdout as it is sampled, or a JSONL file of prompts (--input) completed with continuous batching
 // into a JSONL file of results (--output), with a progress bar on a terminal. With --chat, each
 // prompt is a user message rendered with the model's chat template.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
@@ -128,19 +127,6 @@ Json completion_json(const engine::Completion& c, const Prompting& p) {
               {"seed", c.seed}};
 }
 
-// "[#######.......] 12/64 completions | 3,456 tok/s | ETA 0:12" redrawn in place.
-void draw_progress(int64_t done, int64_t total, int64_t tokens, double seconds) {
-  constexpr int kWidth = 30;
-  const int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
-  const double rate = seconds > 0 ? tokens / seconds : 0;
-  const double eta = done > 0 ? seconds * (total - done) / done : 0;
-  std::fprintf(stderr, "\r[%s%s] %lld/%lld completions | %.0f tok/s | ETA %d:%02d ",
-               std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-               static_cast<long long>(done), static_cast<long long>(total), rate,
-               static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
-  std::fflush(stderr);
-}
-
 void generate_file(const GenerateFlags& f, engine::Engine& engine, const Prompting& p) {
   auto lines = read_input(f, p);
   std::vector<std::vector<engine::Completion>> results(lines.size());
@@ -160,10 +146,9 @@ void generate_file(const GenerateFlags& f, engine::Engine& engine, const Prompti
                  results[i].push_back(std::move(c));
                }});
   }
-  const bool tty = ::isatty(STDERR_FILENO);
   log::info("{} prompts x {} completions, up to {} new tokens each", lines.size(), f.n,
             f.max_tokens);
-  const auto t0 = std::chrono::steady_clock::now();
+  Progress progress("completions");
   while (engine.has_work()) {
     engine.step();
     // Lines go out in input order as soon as all of a line's completions are in.
@@ -180,11 +165,11 @@ void generate_file(const GenerateFlags& f, engine::Engine& engine, const Prompti
       out.write(text.data(), text.size());
       cs.clear();
     }
-    if (tty) draw_progress(done, total, tokens, seconds_since(t0));
+    progress.draw(done, total, tokens);
   }
   out.commit();
-  const double s = seconds_since(t0);
-  if (tty) std::fputs("\n", stderr);
+  const double s = progress.seconds();
+  progress.finish();
   std::fprintf(stderr, "%lld completions, %lld tokens in %.1f s (%.1f tokens/s) -> %s\n",
                static_cast<long long>(done), static_cast<long long>(tokens), s, tokens / s,
                f.output.c_str());

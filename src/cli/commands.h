@@ -15,6 +15,8 @@ void add_model_commands(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_commands(CLI::App& app);
+void add_env_commands(CLI::App& app);
+void add_eval_commands(CLI::App& app);  // eval and filter
 
 // --device / --dtype / --threads, shared by every command that runs the model.
 struct ComputeFlags {

@@ -18,4 +18,8 @@ std::string json_text(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+std::string json_safe_text(std::string_view text) {
+  return Json::parse(json_text(Json(std::string(text)))).get<std::string>();
+}
+
 }  // namespace trellis

@@ -20,6 +20,9 @@ Json read_json_file(const std::string& path);
 // Compact JSON text in which bytes that are not valid UTF-8 (a token may hold part of a character)
 // become U+FFFD, as Hugging Face decoders do: what goes out on the wire and into JSONL files.
 std::string json_text(const Json& j);
+// `text` as it reads back from json_text: invalid UTF-8 replaced the same way. Score or hash this
+// form of model output, so that what a JSONL file records is exactly what was judged.
+std::string json_safe_text(std::string_view text);
 
 // The value of a required field, converted to T. Throws Error("missing field 'key'", where) or
 // Error("field 'key' must be <type>", where).

@@ -34,7 +34,7 @@ Task generated_task(const Environment& env, uint64_t seed, int difficulty) {
   Task t;
   t.env = env.name();
   t.task_id = fmt::format("{}-d{}-{:016x}", t.env, difficulty, seed);
-  t.metadata = {{"difficulty", difficulty}, {"seed", seed}};
+  t.metadata = {{"difficulty", difficulty}};  // the seed is in the id (JSON numbers lose 64 bits)
   return t;
 }
 
@@ -49,6 +49,16 @@ std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t see
     tasks.push_back(env.generate((static_cast<uint64_t>(r[0]) << 32) | r[1], difficulty));
   }
   return tasks;
+}
+
+std::vector<Task> load_tasks_for(const Environment& env, const std::filesystem::path& path) {
+  return load_tasks(path, [&](const Task& task, const std::string& where) {
+    if (task.env != env.name()) {
+      fail(where, "task '{}' is for environment '{}', not '{}'", task.task_id, task.env,
+           env.name());
+    }
+    env.validate(task, where);
+  });
 }
 
 void check_difficulty(int difficulty, const std::string& where) {

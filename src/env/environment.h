@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,13 +62,17 @@ class Environment {
 };
 
 // The skeleton every generator starts from: task_id "<env>-d<difficulty>-<seed as 16 hex digits>",
-// env, and metadata {"difficulty", "seed"}; the generator fills prompt, verification_info,
+// env, and metadata {"difficulty"}; the generator fills prompt, verification_info,
 // solution.
 Task generated_task(const Environment& env, uint64_t seed, int difficulty);
 
 // Tasks 0..n-1 of the environment's generator for a run seed: task i uses a seed derived from
 // (seed, i), so the same (seed, n) gives the same tasks and a larger n extends the list.
 std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t seed, int difficulty);
+
+// The tasks of a JSONL dataset for `env`: each must name this environment and pass its validate().
+// Errors name "file:line".
+std::vector<Task> load_tasks_for(const Environment& env, const std::filesystem::path& path);
 
 // Error naming `where` unless difficulty is in [kMinDifficulty, kMaxDifficulty].
 void check_difficulty(int difficulty, const std::string& where);

@@ -1,14 +1,26 @@
 // Sandbox: runs untrusted, model-written Python under bubblewrap with resource limits.
 //
-// Inside: no network (own network namespace with no interfaces), the host's /usr, /lib, /bin
-// read-only, a private empty /tmp and working directory (tmpfs), no view of /home, /root, /work or
-// other host paths, own PID namespace; dies with its parent. Limits (setrlimit in the child plus a
-// wall-clock watchdog that kills the whole process group): CPU time, wall time, address space,
-// process count, file size; output beyond max_output_kib is cut off and the run counts as failed.
+// Inside: no network (own network namespace with only a loopback interface), the host's /usr,
+// /lib, /bin read-only, a private empty /tmp (tmpfs, the working directory), the program
+// read-only at /sandbox/main.py, no view of /etc, /home, /root, /work or other host paths, own
+// PID, IPC, UTS and user namespaces; dies with its parent. The program runs as an unprivileged
+// user: when Trellis runs as root, the child drops to uid/gid 65534 before starting bwrap, because
+// the kernel does not enforce RLIMIT_NPROC for processes that are root on the host.
+//
+// Limits: setrlimit in the child before exec'ing bwrap (CPU time, address space, file size, open
+// files, no core dumps), RLIMIT_NPROC set inside the sandbox's user namespace (via prlimit) so that
+// it counts the processes of this run only, and a wall-clock watchdog that kills the whole
+// process tree. stdout + stderr beyond max_output_kib is cut off, the program killed, and the run
+// counts as failed. stdin is a private in-memory file holding the input.
+//
+// Thread-safe: run() may be called from many threads at once; each run is independent.
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace trellis {
 class Config;
@@ -25,6 +37,49 @@ struct SandboxLimits {
   int64_t max_output_kib = 1024;
 
   static SandboxLimits from_config(const Config& config);  // [env.code]; Error on bad values
+};
+
+// What one sandboxed run did.
+struct SandboxResult {
+  int exit_code = -1;            // the program's exit status; -1 when a signal ended it
+  int signal = 0;                // the signal that ended it, 0 if none
+  std::string out;               // stdout (bytes, not necessarily UTF-8)
+  std::string err;               // stderr
+  bool output_exceeded = false;  // stdout + stderr passed max_output_kib: cut off, killed
+  bool cpu_time_exceeded = false;
+  bool wall_time_exceeded = false;
+  double wall_seconds = 0;
+  // Why the run failed, in one printable ASCII line ("killed: CPU time limit (5 s)",
+  // "exit status 1: ZeroDivisionError: division by zero"); "" when it exited 0 within limits.
+  std::string failure;
+
+  bool timed_out() const { return cpu_time_exceeded || wall_time_exceeded; }
+  bool passed() const { return failure.empty(); }
+};
+
+class Sandbox {
+ public:
+  explicit Sandbox(SandboxLimits limits, std::string bwrap = "/usr/bin/bwrap");
+
+  // Runs `program` (Python 3 source) with `input` on stdin. Whatever the program does, the result
+  // says so; throws Error only when the sandbox itself cannot run on this machine (see check()).
+  SandboxResult run(std::string_view program, std::string_view input = {}) const;
+
+  // Error saying what is wrong and how to fix it, unless sandboxed runs work here: bwrap and the
+  // interpreter exist, and bwrap can create its namespaces (a probe run). The probe runs once;
+  // its verdict is remembered. run() calls this first: code never runs unsandboxed.
+  void check() const;
+
+  const SandboxLimits& limits() const { return limits_; }
+
+ private:
+  SandboxResult run_sandboxed(std::string_view program, std::string_view input) const;
+
+  SandboxLimits limits_;
+  std::string bwrap_;
+  std::vector<std::string> command_;  // bwrap's argv up to (not including) the program's path
+  mutable std::once_flag checked_;
+  mutable std::string check_error_;  // "" when the probe succeeded
 };
 
 }  // namespace trellis::env

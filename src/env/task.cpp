@@ -66,7 +66,7 @@ Json task_to_json(const Task& task) {
   return j;
 }
 
-std::vector<Task> load_tasks(const std::filesystem::path& path) {
+std::vector<Task> load_tasks(const std::filesystem::path& path, const TaskCheck& check) {
   std::ifstream in(path);
   if (!in) throw Error("cannot open the task file", path.string());
   std::vector<Task> tasks;
@@ -75,6 +75,7 @@ std::vector<Task> load_tasks(const std::filesystem::path& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = fmt::format("{}:{}", path.string(), number);
     tasks.push_back(task_from_json(parse_json(line, where), where));
+    if (check) check(tasks.back(), where);
   }
   if (tasks.empty()) throw Error("no tasks in the file", path.string());
   return tasks;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,8 +39,10 @@ struct Task {
 Task task_from_json(const Json& j, const std::string& where);
 Json task_to_json(const Task& task);
 
-// Every task of a JSONL file (blank lines skipped). Errors name "file:line".
-std::vector<Task> load_tasks(const std::filesystem::path& path);
+// Every task of a JSONL file (blank lines skipped), each passed to `check` (when given) with its
+// "file:line". Errors name "file:line".
+using TaskCheck = std::function<void(const Task& task, const std::string& where)>;
+std::vector<Task> load_tasks(const std::filesystem::path& path, const TaskCheck& check = {});
 // Writes tasks as JSONL, atomically.
 void write_tasks(const std::filesystem::path& path, const std::vector<Task>& tasks);
 
