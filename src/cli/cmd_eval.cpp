@@ -21,9 +21,9 @@ namespace {
 struct SamplingFlags {
   std::string model, tasks, out;
   EnvFlags env;
-  int64_t n = 0, k = 1, max_tokens = 1024, top_k = 0, max_num_seqs = 256;
+  int64_t n = 0, k = 1, max_tokens = 1024, max_num_seqs = 256;
   int difficulty = 0;
-  double temperature = 1.0, top_p = 1.0;
+  engine::SamplingParams sampling;
   uint64_t seed = 0;
   ComputeFlags compute;
 };
@@ -56,7 +56,7 @@ Loaded load(const SamplingFlags& f, const char* command) {
   }
   l.options.k = f.k;
   l.options.max_tokens = f.max_tokens;
-  l.options.sampling = {f.temperature, f.top_k, f.top_p};
+  l.options.sampling = f.sampling;
   l.options.seed = f.seed;
   l.options.system_prompt = config.get<std::string>("env.system_prompt");
   l.options.length = env::LengthReward::from_config(config);
@@ -154,7 +154,7 @@ void run_filter(const FilterFlags& ff) {
               static_cast<long long>(kept_count), results.size(), ff.low, ff.high, f.out.c_str());
 }
 
-void add_sampling_flags(CLI::App* cmd, SamplingFlags& f, bool filter) {
+void add_task_sampling_flags(CLI::App* cmd, SamplingFlags& f, bool filter) {
   cmd->add_option("--model", f.model, "Hugging Face model directory")->required();
   add_env_flags(cmd, f.env, /*env_required=*/false);
   auto* tasks = cmd->add_option("--tasks", f.tasks, "JSONL dataset of tasks");
@@ -172,15 +172,7 @@ void add_sampling_flags(CLI::App* cmd, SamplingFlags& f, bool filter) {
   cmd->add_option("--max-tokens", f.max_tokens, "new tokens per sample at most")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--temperature", f.temperature, "sampling temperature (0 = greedy)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--top-p", f.top_p, "nucleus sampling mass (1 = off)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--top-k", f.top_k, "sample among the k most likely tokens (0 = off)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  add_sampling_flags(cmd, f.sampling);
   cmd->add_option("--seed", f.seed, "seed of the samples (and of generated tasks)")
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", f.max_num_seqs, "sequences decoded at once")
@@ -198,14 +190,14 @@ void add_eval_commands(CLI::App& app) {
   static SamplingFlags eval;
   auto* eval_cmd = app.add_subcommand(
       "eval", "Sample k completions per task and report pass@1, pass@k, reward and length");
-  add_sampling_flags(eval_cmd, eval, /*filter=*/false);
+  add_task_sampling_flags(eval_cmd, eval, /*filter=*/false);
   eval_cmd->callback([] { run_eval(eval); });
 
   static FilterFlags filter;
   filter.sampling.k = 8;
   auto* filter_cmd = app.add_subcommand(
       "filter", "Keep the tasks a model solves neither always nor never (offline filtering)");
-  add_sampling_flags(filter_cmd, filter.sampling, /*filter=*/true);
+  add_task_sampling_flags(filter_cmd, filter.sampling, /*filter=*/true);
   filter_cmd->add_option("--low", filter.low, "lowest pass rate kept")->capture_default_str();
   filter_cmd->add_option("--high", filter.high, "highest pass rate kept")->capture_default_str();
   filter_cmd->callback([] { run_filter(filter); });

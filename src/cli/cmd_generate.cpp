@@ -25,8 +25,8 @@ using model::Prompting;
 
 struct GenerateFlags {
   std::string model, prompt, input, output;
-  int64_t n = 1, max_tokens = 256, top_k = 0, max_num_seqs = 256;
-  double temperature = 1.0, top_p = 1.0;
+  int64_t n = 1, max_tokens = 256, max_num_seqs = 256;
+  engine::SamplingParams sampling;
   uint64_t seed = 0;
   bool chat = false;
   ComputeFlags compute;
@@ -41,7 +41,7 @@ engine::Request base_request(const GenerateFlags& f, const Prompting& p) {
   r.n = f.n;
   r.max_tokens = f.max_tokens;
   r.stop_ids = f.chat ? p.chat_stop_ids() : p.stop_ids;
-  r.sampling = {f.temperature, f.top_k, f.top_p};
+  r.sampling = f.sampling;
   r.seed = f.seed;
   return r;
 }
@@ -216,15 +216,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--max-tokens", f.max_tokens, "new tokens at most")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--temperature", f.temperature, "sampling temperature (0 = greedy)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--top-p", f.top_p, "nucleus sampling mass (1 = off)")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--top-k", f.top_k, "sample among the k most likely tokens (0 = off)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  add_sampling_flags(cmd, f.sampling);
   cmd->add_option("--seed", f.seed, "sampling seed (completion i of a prompt uses seed + i)")
       ->capture_default_str();
   cmd->add_flag("--chat", f.chat,

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine/sampler.h"
 #include "model/compute.h"
 
 namespace trellis::cli {
@@ -25,6 +26,8 @@ struct ComputeFlags {
   int threads = 0;
 };
 void add_compute_flags(CLI::App* cmd, ComputeFlags& flags);
+// --temperature / --top-p / --top-k, shared by every command that samples.
+void add_sampling_flags(CLI::App* cmd, engine::SamplingParams& sampling);
 // Applies the thread count and resolves the device and dtype (Error if unavailable).
 model::Compute setup_compute(const ComputeFlags& flags);
 

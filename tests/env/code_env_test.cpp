@@ -102,6 +102,23 @@ TEST(CodeEnvironment, AssertTestsRunAgainstTheProgramsFunctions) {
   EXPECT_EQ(missing.reason, "test 1/2: exit status 1: NameError: name 'add' is not defined");
 }
 
+// Reward hacks that skip the asserts: exiting with status 0 before they run, or swallowing the
+// AssertionError in an excepthook that exits 0.
+TEST(CodeEnvironment, ExitingBeforeTheAssertsDoesNotPass) {
+  const auto env = make_code_environment(test_limits());
+  const Task t = assert_task({"assert add(2, 3) == 5"});
+  for (const char* program :
+       {"import sys\ndef add(a, b):\n    return 0\nsys.exit(0)\n",
+        "import os\ndef add(a, b):\n    return 0\nos._exit(0)\n",
+        "import os, sys\ndef add(a, b):\n    return 0\nsys.excepthook = lambda *e: os._exit(0)\n",
+        "import sys\ndef add(a, b):\n    return 0\nprint('trellis-asserts-done-0000000000000000')\n"
+        "sys.exit(0)\n"}) {
+    const Score s = env->score(t, reply(program));
+    EXPECT_EQ(s.reward, 0) << program;
+    EXPECT_EQ(s.reason, "test 1/1: the program exited before its asserts ran") << program;
+  }
+}
+
 TEST(CodeEnvironment, RunsTheLastPythonBlockOfTheReply) {
   const auto env = make_code_environment(test_limits());
   const std::string wrong = "```python\nprint(0)\n```\n";

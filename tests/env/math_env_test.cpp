@@ -17,18 +17,12 @@
 #include "common/error.h"
 #include "env/registry.h"
 #include "env/verifiers/math_answer.h"
+#include "error_of.h"
 
 namespace trellis::env {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 std::string boxed(const std::string& answer) { return "So the answer is \\boxed{" + answer + "}."; }
 

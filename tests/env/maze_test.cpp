@@ -10,18 +10,12 @@
 
 #include "common/error.h"
 #include "env/registry.h"
+#include "error_of.h"
 
 namespace trellis::env {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 Task maze_task(const std::vector<std::string>& grid) {
   Task t;

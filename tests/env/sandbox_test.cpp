@@ -25,6 +25,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "error_of.h"
 
 namespace trellis::env {
 namespace {
@@ -365,14 +366,7 @@ TEST(Sandbox, ConcurrentRunsAreIndependent) {
   }
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Sandbox, AMissingInterpreterOrBubblewrapIsAClearError) {
   auto limits = test_limits();

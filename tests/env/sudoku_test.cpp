@@ -8,18 +8,12 @@
 
 #include "common/error.h"
 #include "env/registry.h"
+#include "error_of.h"
 
 namespace trellis::env {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 Task puzzle_task(int size, const std::string& puzzle) {
   Task t;

@@ -8,6 +8,7 @@
 #include "env/length_reward.h"
 #include "env/registry.h"
 #include "env/task.h"
+#include "error_of.h"
 
 namespace trellis::env {
 namespace {
@@ -19,14 +20,7 @@ std::filesystem::path temp_file(const std::string& name, const std::string& text
   return p;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(Task, RoundTripsTextAndChatPrompts) {
   Task text = task_from_json(parse_json(R"({"task_id": "a", "env": "math", "prompt": "1+1?",

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <random>
 
 #include "common/error.h"
 #include "common/rng.h"
@@ -727,6 +728,12 @@ constexpr Family kFamilies[] = {
 
 // ---------------------------------------------------------------------------------------------
 
+// "trellis-asserts-done-" and 64 random bits.
+std::string assert_marker() {
+  static thread_local std::random_device device;
+  return fmt::format("trellis-asserts-done-{:08x}{:08x}", device(), device());
+}
+
 class CodeEnvironment final : public Environment {
  public:
   explicit CodeEnvironment(const SandboxLimits& limits) : sandbox_(limits) {}
@@ -788,14 +795,22 @@ class CodeEnvironment final : public Environment {
     for (size_t i = 0; i < n; ++i) {
       const TestCase& t = tests[i];
       // Throws only when the sandbox cannot run at all: a broken setup, not a wrong answer.
+      // An assert test passes only if the line after the asserts runs: a program that exits early
+      // (sys.exit(0) at import, an excepthook calling os._exit(0)) skips the asserts but must not
+      // pass. The marker is fresh per run, so a program cannot print it in advance.
+      const std::string marker = t.is_assert ? assert_marker() : "";
       const SandboxResult r =
-          t.is_assert ? sandbox_.run(program + "\n" + t.code, "") : sandbox_.run(program, t.input);
+          t.is_assert ? sandbox_.run(program + "\n" + t.code + "\nprint(\"" + marker + "\")", "")
+                      : sandbox_.run(program, t.input);
       if (!r.passed()) {
         if (t.is_assert && r.err.find("AssertionError") != std::string::npos) {
           return {0,
                   fmt::format("test {}/{}: assertion failed: {}", i + 1, n, quoted(trim(t.code)))};
         }
         return {0, fmt::format("test {}/{}: {}", i + 1, n, r.failure)};
+      }
+      if (t.is_assert && !trim(r.out).ends_with(marker)) {
+        return {0, fmt::format("test {}/{}: the program exited before its asserts ran", i + 1, n)};
       }
       if (!t.is_assert) {
         if (auto diff = output_difference(t.output, r.out); !diff.empty()) {
