@@ -95,7 +95,8 @@ struct BenchVerifyFlags {
 void run_bench_verify(const BenchVerifyFlags& f) {
   env::check_difficulty(f.options.difficulty, "--difficulty");
   const auto environment = f.env.make();
-  const auto& o = f.options;
+  auto o = f.options;
+  if (environment->name() == "code") o.sandbox = env::SandboxLimits::from_config(f.env.config());
   std::printf("bench verify: %s, %lld tasks of difficulty %d, %d scoring threads\n",
               environment->name().c_str(), static_cast<long long>(o.tasks), o.difficulty,
               o.threads);
@@ -106,6 +107,14 @@ void run_bench_verify(const BenchVerifyFlags& f) {
   std::printf("%-22s %12.1f %9lld/%lld\n", "another task's answer", r.wrong_tasks_per_s,
               static_cast<long long>(r.wrong_scored_1), static_cast<long long>(o.tasks));
   std::printf("generator: %.1f tasks/s\n", r.generate_tasks_per_s);
+  if (o.sandbox) {
+    const double tests_per_s = r.correct_tasks_per_s * r.tests_per_task;
+    std::printf(
+        "sandbox: %.1f tests per task; reference solutions ran %.1f sandboxed tests/s, %.0f%% of "
+        "the %.1f runs/s of an empty program (same threads, same run)\n",
+        r.tests_per_task, tests_per_s, 100.0 * tests_per_s / r.empty_sandbox_runs_per_s,
+        r.empty_sandbox_runs_per_s);
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Verifier throughput benchmark (see verify_bench.h).
 #include "env/verify_bench.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -9,24 +10,31 @@
 namespace trellis::env {
 namespace {
 
-// Seconds to score completion_of(i) for every task i, on `threads` threads; counts reward 1s.
-template <typename CompletionOf>
-double time_scoring(const Environment& env, const std::vector<Task>& tasks, int threads,
-                    CompletionOf completion_of, int64_t& scored_1) {
-  std::atomic<size_t> next{0};
-  std::atomic<int64_t> ones{0};
+// Seconds for `threads` threads to run job(i) for i in [0, n).
+template <typename Job>
+double time_parallel(int64_t n, int threads, Job job) {
+  std::atomic<int64_t> next{0};
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> workers;
   for (int w = 0; w < threads; ++w) {
     workers.emplace_back([&] {
-      for (size_t i; (i = next++) < tasks.size();) {
-        ones += env.score(tasks[i], completion_of(i)).reward >= 1.0;
-      }
+      for (int64_t i; (i = next++) < n;) job(i);
     });
   }
   for (auto& w : workers) w.join();
-  scored_1 = ones;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Seconds to score completion_of(i) for every task i, on `threads` threads; counts reward 1s.
+template <typename CompletionOf>
+double time_scoring(const Environment& env, const std::vector<Task>& tasks, int threads,
+                    CompletionOf completion_of, int64_t& scored_1) {
+  std::atomic<int64_t> ones{0};
+  const double seconds = time_parallel(static_cast<int64_t>(tasks.size()), threads, [&](int64_t i) {
+    ones += env.score(tasks[i], completion_of(i)).reward >= 1.0;
+  });
+  scored_1 = ones;
+  return seconds;
 }
 
 }  // namespace
@@ -44,6 +52,15 @@ VerifyBenchResult bench_verify(const Environment& env, const VerifyBenchOptions&
       r.wrong_scored_1);
   r.correct_tasks_per_s = o.tasks / correct_s;
   r.wrong_tasks_per_s = o.tasks / wrong_s;
+  if (o.sandbox) {
+    int64_t tests = 0;
+    for (const auto& t : tasks) tests += t.verification_info["test_cases"].size();
+    r.tests_per_task = static_cast<double>(tests) / o.tasks;
+    const Sandbox sandbox(*o.sandbox);
+    const int64_t runs = std::max<int64_t>(o.tasks, 20);
+    r.empty_sandbox_runs_per_s =
+        runs / time_parallel(runs, o.threads, [&](int64_t) { sandbox.run("pass\n"); });
+  }
   return r;
 }
 
