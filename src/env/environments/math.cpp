@@ -14,14 +14,12 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "common/error.h"
 #include "common/rng.h"
-#include "env/answer_extraction.h"
 #include "env/environments/environments.h"
 #include "env/verifiers/math_answer.h"
 
@@ -47,7 +45,7 @@ Rational operator+(Rational a, Rational b) {
 Rational operator*(Rational a, Rational b) { return rational(a.num * b.num, a.den * b.den); }
 Rational operator/(Rational a, Rational b) { return rational(a.num * b.den, a.den * b.num); }
 
-// "5", "-\frac{3}{4}"
+// "5", "-\frac{3}{4}". Not reduced here: Rational{4, 36} is "\frac{4}{36}" (rational() reduces).
 std::string latex(Rational r) {
   if (r.den == 1) return std::to_string(r.num);
   return fmt::format("{}\\frac{{{}}}{{{}}}", r.num < 0 ? "-" : "", std::abs(r.num), r.den);
@@ -141,12 +139,6 @@ std::string chain(const std::vector<std::string>& steps) {
   return out;
 }
 
-// The fraction as written, unreduced: (4, 36) -> "\frac{4}{36}", (-2, 1) -> "-\frac{2}{1}".
-std::string unreduced(int64_t num, int64_t den) {
-  if (den == 1) return std::to_string(num);
-  return fmt::format("{}\\frac{{{}}}{{{}}}", num < 0 ? "-" : "", std::abs(num), den);
-}
-
 int64_t nonzero(RandomStream& rng, int64_t lo, int64_t hi) {
   while (true) {
     const int64_t v = rng.uniform_int(lo, hi);
@@ -210,7 +202,7 @@ Problem fractions(RandomStream& rng, int d) {
   for (size_t i = 0; i < values.size(); ++i) {
     const int64_t top = values[i].num * (common / values[i].den);
     if (i > 0) over_common += top < 0 ? " - " : " + ";
-    over_common += unreduced(i == 0 ? top : std::abs(top), common);
+    over_common += latex({i == 0 ? top : std::abs(top), common});
   }
   Problem p;
   p.family = "fractions";
@@ -220,7 +212,7 @@ Problem fractions(RandomStream& rng, int d) {
   p.work = fmt::format(
       "{}{}Over the common denominator ${}$: ${}$.",
       steps.empty() ? "" : "Products and quotients first: ", steps, common,
-      chain({over_common, unreduced(total.num * (common / total.den), common), p.answer}));
+      chain({over_common, latex({total.num * (common / total.den), common}), p.answer}));
   return p;
 }
 
@@ -560,7 +552,7 @@ Problem probability(RandomStream& rng, int d) {
         "Of the $2^{{{}}} = {}$ equally likely sequences, $\\binom{{{}}}{{{}}} = {}$ have exactly "
         "${}$ {}, so the probability is ${}$.",
         n, outcomes, n, k, favourable, k, k == 1 ? "head" : "heads",
-        chain({unreduced(favourable, outcomes), p.answer}));
+        chain({latex({favourable, outcomes}), p.answer}));
     return p;
   }
   const int dice = d <= 3 ? 2 : 3;
@@ -587,7 +579,7 @@ Problem probability(RandomStream& rng, int d) {
       "Of the ${}$ equally likely outcomes, ${}$ have a sum {}${}$, so the probability is "
       "${}$.",
       outcomes, favourable, at_least ? "of at least " : "of ", target,
-      chain({unreduced(favourable, outcomes), p.answer}));
+      chain({latex({favourable, outcomes}), p.answer}));
   return p;
 }
 

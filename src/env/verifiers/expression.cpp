@@ -128,26 +128,26 @@ class Parser {
     return static_cast<int>(expression_.nodes.size()) - 1;
   }
 
-  int sum(int depth) {
-    int left = product(depth);
-    while (left >= 0 && peek().kind == Token::kOperator && (peek().op == '+' || peek().op == '-')) {
+  // operand (op operand)* for the operators in `ops`, left-associative.
+  template <typename Operand>
+  int left_chain(std::string_view ops, Operand operand) {
+    int left = operand();
+    while (left >= 0 && peek().kind == Token::kOperator &&
+           ops.find(peek().op) != std::string_view::npos) {
       const char op = next().op;
-      const int right = product(depth);
+      const int right = operand();
       if (right < 0) return -1;
       left = add({op, left, right, {}});
     }
     return left;
   }
 
+  int sum(int depth) {
+    return left_chain("+-", [&] { return product(depth); });
+  }
+
   int product(int depth) {
-    int left = unary(depth);
-    while (left >= 0 && peek().kind == Token::kOperator && (peek().op == '*' || peek().op == '/')) {
-      const char op = next().op;
-      const int right = unary(depth);
-      if (right < 0) return -1;
-      left = add({op, left, right, {}});
-    }
-    return left;
+    return left_chain("*/", [&] { return unary(depth); });
   }
 
   int unary(int depth) {

@@ -24,6 +24,7 @@
 #include <ginac/ginac.h>
 
 #include "env/answer_extraction.h"
+#include "env/verifiers/expression.h"
 
 namespace trellis::env {
 namespace {
@@ -77,6 +78,34 @@ std::string replace_all(std::string s, std::string_view from, std::string_view t
   return out;
 }
 
+// The position of the '}' closing the {group} that opens at s[open] (escaped braces do not
+// count), or npos when it is not closed.
+size_t closing_brace(std::string_view s, size_t open) {
+  int64_t depth = 0;
+  for (size_t i = open; i < s.size(); ++i) {
+    if (s[i] == '\\') {
+      ++i;
+    } else if (s[i] == '{') {
+      ++depth;
+    } else if (s[i] == '}' && --depth == 0) {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
+// Reads the {group} at s[i] == '{' and moves i past it (to the end when it is not closed).
+std::string_view read_group(std::string_view s, size_t& i) {
+  const size_t open = i;
+  const size_t close = closing_brace(s, open);
+  if (close == std::string_view::npos) {
+    i = s.size();
+    return s.substr(open + 1);
+  }
+  i = close + 1;
+  return s.substr(open + 1, close - open - 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Extraction
 
@@ -87,17 +116,9 @@ std::optional<std::string> boxed_argument(std::string_view rest) {
   while (i < rest.size() && is_space(rest[i])) ++i;
   if (i == rest.size()) return std::nullopt;
   if (rest[i] == '{') {
-    int64_t depth = 0;
-    for (size_t j = i; j < rest.size(); ++j) {
-      if (rest[j] == '\\') {
-        ++j;
-      } else if (rest[j] == '{') {
-        ++depth;
-      } else if (rest[j] == '}' && --depth == 0) {
-        return std::string(trim(rest.substr(i + 1, j - i - 1)));
-      }
-    }
-    return std::nullopt;
+    const size_t close = closing_brace(rest, i);
+    if (close == std::string_view::npos) return std::nullopt;
+    return std::string(trim(rest.substr(i + 1, close - i - 1)));
   }
   size_t end = i;
   while (end < rest.size() && !is_space(rest[end]) && rest[end] != '$') ++end;
@@ -123,12 +144,17 @@ size_t last_box(std::string_view text) {
   return best;
 }
 
-std::string_view strip_markup(std::string_view s) {
-  s = trim(s);
+// Markdown around a line: emphasis, headings, quotes, bullets.
+std::string_view drop_leading_markup(std::string_view s) {
   while (!s.empty() && (s.front() == '*' || s.front() == '#' || s.front() == '>' ||
                         s.front() == '_' || s.front() == '-' || is_space(s.front()))) {
     s.remove_prefix(1);
   }
+  return s;
+}
+
+std::string_view strip_markup(std::string_view s) {
+  s = drop_leading_markup(trim(s));
   while (!s.empty() && (s.back() == '*' || s.back() == '_' || s.back() == '.' ||
                         is_space(s.back()) || s.back() == '$')) {
     s.remove_suffix(1);
@@ -139,11 +165,7 @@ std::string_view strip_markup(std::string_view s) {
 
 // For a line labelled as the answer: what follows the label ("" for a bare heading), else none.
 std::optional<std::string_view> after_answer_label(std::string_view line) {
-  std::string_view s = trim(line);
-  while (!s.empty() && (s.front() == '*' || s.front() == '#' || s.front() == '>' ||
-                        s.front() == '_' || s.front() == '-' || is_space(s.front()))) {
-    s.remove_prefix(1);
-  }
+  std::string_view s = drop_leading_markup(trim(line));
   for (std::string_view label : {"the final answer is", "the answer is"}) {
     if (starts_with_nocase(s, label)) {
       s.remove_prefix(label.size());
@@ -193,32 +215,24 @@ bool in_set(std::string_view name, std::initializer_list<std::string_view> names
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-// Functions written without a backslash ("sqrt(2)", "sin(x)") and words that are not units.
-bool is_plain_math_word(std::string_view w) {
-  static const std::unordered_set<std::string_view> words = {
-      "sin",    "cos",    "tan", "sec", "csc", "cot",  "sinh", "cosh", "tanh", "arcsin",
-      "arccos", "arctan", "ln",  "log", "exp", "sqrt", "abs",  "pi",   "or",   "and"};
-  std::string low(w);
-  for (char& c : low) c = lower(c);
-  return words.count(low) > 0;
+// The functions LaTeX writes as commands (\sin x); plain text writes them as calls (sin(x)).
+const std::unordered_set<std::string_view>& function_names() {
+  static const std::unordered_set<std::string_view> names = {
+      "sin",  "cos", "tan", "sec", "csc",    "cot",    "sinh",  "cosh",
+      "tanh", "ln",  "log", "exp", "arcsin", "arccos", "arctan"};
+  return names;
 }
 
-// Reads the {group} at s[i] == '{' and moves i past it (to the end when it is not closed).
-std::string_view read_group(std::string_view s, size_t& i) {
-  const size_t start = i;
-  int64_t depth = 0;
-  for (; i < s.size(); ++i) {
-    if (s[i] == '\\') {
-      ++i;
-    } else if (s[i] == '{') {
-      ++depth;
-    } else if (s[i] == '}' && --depth == 0) {
-      ++i;
-      return s.substr(start + 1, i - start - 2);
-    }
-  }
-  i = s.size();
-  return s.substr(start + 1);
+// A function written without a backslash: "sin(x)", "sqrt(2)", "abs(-3)".
+bool is_plain_function(std::string_view w) {
+  return function_names().count(w) > 0 || w == "sqrt" || w == "abs";
+}
+
+// Functions written without a backslash and words that are not units (any case).
+bool is_plain_math_word(std::string_view w) {
+  std::string low(w);
+  for (char& c : low) c = lower(c);
+  return is_plain_function(low) || in_set(low, {"pi", "or", "and"});
 }
 
 bool only_letters_and_spaces(std::string_view s, size_t min_letters) {
@@ -585,13 +599,6 @@ bool is_integer_literal(const Node& n) {
   return n.op == Node::Op::kNumber && n.text.find('.') == std::string::npos;
 }
 
-const std::unordered_set<std::string_view>& function_names() {
-  static const std::unordered_set<std::string_view> names = {
-      "sin",  "cos", "tan", "sec", "csc",    "cot",    "sinh",  "cosh",
-      "tanh", "ln",  "log", "exp", "arcsin", "arccos", "arctan"};
-  return names;
-}
-
 const std::unordered_set<std::string_view>& greek_letters() {
   static const std::unordered_set<std::string_view> names = {
       "alpha",    "beta",    "gamma", "delta",  "epsilon", "varepsilon", "zeta",  "eta",   "theta",
@@ -803,19 +810,13 @@ class ExprParser {
     size_t end = pos_;
     while (end < s_.size() && is_letter(s_[end])) ++end;
     const std::string_view word = s_.substr(pos_, end - pos_);
-    if (end < s_.size() && s_[end] == '(') {
-      for (std::string_view f :
-           {"arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "sqrt", "sin", "cos", "tan",
-            "sec", "csc", "cot", "exp", "log", "abs", "ln"}) {
-        if (word == f) {
-          pos_ = end + 1;
-          Node arg = sum();
-          expect(')');
-          if (f == "sqrt") return make(Node::Op::kRoot, {std::move(arg), make_int(2)});
-          if (f == "abs") return make(Node::Op::kAbs, {std::move(arg)});
-          return make(Node::Op::kFunction, {std::move(arg)}, std::string(f));
-        }
-      }
+    if (end < s_.size() && s_[end] == '(' && is_plain_function(word)) {
+      pos_ = end + 1;
+      Node arg = sum();
+      expect(')');
+      if (word == "sqrt") return make(Node::Op::kRoot, {std::move(arg), make_int(2)});
+      if (word == "abs") return make(Node::Op::kAbs, {std::move(arg)});
+      return make(Node::Op::kFunction, {std::move(arg)}, std::string(word));
     }
     const char c = s_[pos_++];
     std::string name(1, c);
@@ -1202,21 +1203,14 @@ class Converter {
   }
 
  private:
-  GiNaC::ex number(const std::string& text) {
-    const size_t dot = text.find('.');
-    std::string digits = text;
-    size_t decimals = 0;
-    if (dot != std::string::npos) {
-      inexact = true;
-      decimals = text.size() - dot - 1;
-      digits.erase(dot, 1);
-    }
-    const size_t first = digits.find_first_not_of('0');
-    digits = first == std::string::npos ? "0" : digits.substr(first);
-    GiNaC::numeric value(digits.c_str());
-    if (decimals > 0)
-      value = value / GiNaC::pow(GiNaC::numeric(10), GiNaC::numeric(static_cast<long>(decimals)));
-    return value;
+  // "12" or "12.5" (read as the exact 25/2).
+  GiNaC::ex number(std::string digits) {
+    const size_t dot = digits.find('.');
+    if (dot == std::string::npos) return integer_value(digits);
+    inexact = true;
+    const auto decimals = static_cast<long>(digits.size() - dot - 1);
+    digits.erase(dot, 1);
+    return integer_value(digits) / GiNaC::pow(GiNaC::numeric(10), GiNaC::numeric(decimals));
   }
 
   GiNaC::ex symbol(const std::string& name) {
@@ -1396,7 +1390,6 @@ bool is_rational_function(const GiNaC::ex& e) {
   return false;
 }
 
-// Whether two values agree: |a - b| <= rel * max(|a|, |b|) + abs. None when either is not a number.
 // Refuses expressions whose evaluation would be noise: sin(10^4000) needs 4000 digits of pi to
 // evaluate, and at kDigits digits comes out as 0.
 void check_evaluable(const GiNaC::ex& e) {
@@ -1413,6 +1406,7 @@ void check_evaluable(const GiNaC::ex& e) {
   }
 }
 
+// Whether two values agree: |a - b| <= rel * max(|a|, |b|) + abs. None when either is not a number.
 std::optional<bool> close_values(const GiNaC::ex& a, const GiNaC::ex& b, bool inexact) {
   check_evaluable(a);
   check_evaluable(b);
@@ -1664,6 +1658,19 @@ std::string sanitize_detail(std::string s) {
   return s;
 }
 
+// Called in a catch (...) block while reading an answer: the unequal verdict for the exception
+// being handled, its reason after `prefix` (after `other_prefix` for one that is not ours).
+// Exceptions of other types propagate.
+MathVerdict unreadable(std::string_view prefix, std::optional<std::string_view> other_prefix = {}) {
+  try {
+    throw;
+  } catch (const Unreadable& u) {
+    return {false, sanitize_detail(std::string(prefix) + u.reason)};
+  } catch (const std::exception& x) {
+    return {false, sanitize_detail(std::string(other_prefix.value_or(prefix)) + x.what())};
+  }
+}
+
 }  // namespace
 
 std::optional<std::string> extract_boxed_answer(std::string_view completion) {
@@ -1690,23 +1697,20 @@ MathVerdict compare_math_answers(std::string_view given, std::string_view expect
   std::string g, e;
   try {
     g = clean(trim(given), 0);
-  } catch (const Unreadable& u) {
-    return {false, "answer " + u.reason};
-  } catch (const std::exception& x) {
-    return {false, sanitize_detail(x.what())};
+  } catch (...) {
+    return unreadable("answer ", "");
   }
   try {
     e = clean(trim(expected), 0);
-  } catch (const Unreadable& u) {
-    return {false, "expected answer " + u.reason};
-  } catch (const std::exception& x) {
-    return {false, sanitize_detail(x.what())};
+  } catch (...) {
+    return unreadable("expected answer ", "");
   }
   if (g == e) return {true, "same after normalisation"};
 
   if (const char letter = choice_letter(e, false)) {
-    if (choice_letter(g, true) == letter) return {true, "same choice"};
-    if (choice_letter(g, true) != 0) return {false, "a different choice"};
+    const char given_letter = choice_letter(g, true);
+    if (given_letter == letter) return {true, "same choice"};
+    if (given_letter != 0) return {false, "a different choice"};
   }
   if (looks_like_text(g) || looks_like_text(e)) {
     if (text_key(g) == text_key(e)) return {true, "same text"};
@@ -1716,17 +1720,13 @@ MathVerdict compare_math_answers(std::string_view given, std::string_view expect
   Answer given_answer, expected_answer;
   try {
     given_answer = parse_answer(g, 0);
-  } catch (const Unreadable& u) {
-    return {false, sanitize_detail("unreadable answer: " + u.reason)};
-  } catch (const std::exception& x) {
-    return {false, sanitize_detail(std::string("unreadable answer: ") + x.what())};
+  } catch (...) {
+    return unreadable("unreadable answer: ");
   }
   try {
     expected_answer = parse_answer(e, 0);
-  } catch (const Unreadable& u) {
-    return {false, sanitize_detail("unreadable expected answer: " + u.reason)};
-  } catch (const std::exception& x) {
-    return {false, sanitize_detail(std::string("unreadable expected answer: ") + x.what())};
+  } catch (...) {
+    return unreadable("unreadable expected answer: ");
   }
 
   MathVerdict verdict;
