@@ -18,6 +18,14 @@ std::string json_text(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+bool json_integer_in(const Json& j, int64_t lo, int64_t hi) {
+  if (j.is_number_unsigned()) {
+    const uint64_t v = j.get<uint64_t>();
+    return hi >= 0 && v <= static_cast<uint64_t>(hi) && (lo <= 0 || v >= static_cast<uint64_t>(lo));
+  }
+  return j.is_number_integer() && j.get<int64_t>() >= lo && j.get<int64_t>() <= hi;
+}
+
 std::string json_safe_text(std::string_view text) {
   return Json::parse(json_text(Json(std::string(text)))).get<std::string>();
 }

@@ -24,6 +24,10 @@ std::string json_text(const Json& j);
 // form of model output, so that what a JSONL file records is exactly what was judged.
 std::string json_safe_text(std::string_view text);
 
+// Whether `j` is an integer in [lo, hi]. (nlohmann keeps non-negative integers as unsigned and
+// negative ones as signed; both are checked against the same bounds.)
+bool json_integer_in(const Json& j, int64_t lo, int64_t hi);
+
 // The value of a required field, converted to T. Throws Error("missing field 'key'", where) or
 // Error("field 'key' must be <type>", where).
 template <typename T>

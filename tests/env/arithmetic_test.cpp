@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "env/environments/environments.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
@@ -29,7 +30,7 @@ Task task_with(const std::string& expression, const std::string& answer) {
   return t;
 }
 
-std::string tagged(const std::string& answer) { return "<answer>" + answer + "</answer>"; }
+using test::tagged;
 
 TEST(Arithmetic, GeneratedAnswersMatchAnIndependentEvaluator) {
   const auto env = make_arithmetic_environment();
@@ -151,14 +152,7 @@ TEST(Arithmetic, IsDeterministicPerSeedAndVariesAcrossSeeds) {
 TEST(Arithmetic, ValidateNamesTheBadField) {
   const auto env = make_arithmetic_environment();
   auto error_of = [&](Json info) {
-    Task t;
-    t.verification_info = std::move(info);
-    try {
-      env->validate(t, "set.jsonl:3");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return test::validation_error(*env, std::move(info), "set.jsonl:3");
   };
   EXPECT_EQ(error_of({{"expression", "2 * (3 + 4)"}, {"answer", "14"}}), "");
   EXPECT_EQ(error_of({{"expression", "-2 * 3"}, {"answer", "-6"}}), "");

@@ -16,18 +16,14 @@
 
 #include "common/error.h"
 #include "env/environments/environments.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
 
 namespace fs = std::filesystem;
 
-SandboxLimits test_limits(double cpu_seconds = 10, double wall_seconds = 60) {
-  SandboxLimits l;
-  l.cpu_seconds = cpu_seconds;
-  l.wall_seconds = wall_seconds;
-  return l;
-}
+using test::test_limits;
 
 Task stdin_task(std::vector<std::pair<std::string, std::string>> cases) {
   Task t;
@@ -257,15 +253,7 @@ TEST(CodeEnvironment, GenerationIsDeterministicAndDifficultyMatters) {
 }
 
 std::string validation_error(const Json& info) {
-  const auto env = make_code_environment(test_limits());
-  Task t;
-  t.verification_info = info;
-  try {
-    env->validate(t, "tasks.jsonl:7");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::validation_error(*make_code_environment(test_limits()), info, "tasks.jsonl:7");
 }
 
 TEST(CodeEnvironment, ValidateRejectsBadVerificationInfo) {

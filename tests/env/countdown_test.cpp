@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "env/environments/environments.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
@@ -67,7 +68,7 @@ Task task_with(std::vector<int64_t> numbers, int64_t target) {
   return t;
 }
 
-std::string tagged(const std::string& answer) { return "<answer>" + answer + "</answer>"; }
+using test::tagged;
 
 void expect_sane(const Score& s) {
   EXPECT_GE(s.reward, 0.0);
@@ -272,14 +273,7 @@ TEST(Countdown, DifficultyGrowsTheNumbers) {
 TEST(Countdown, ValidateNamesTheBadField) {
   const auto env = make_countdown_environment();
   auto error_of = [&](Json info) {
-    Task t = task_with({1}, 1);
-    t.verification_info = std::move(info);
-    try {
-      env->validate(t, "data.jsonl:7");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return test::validation_error(*env, std::move(info), "data.jsonl:7");
   };
   EXPECT_EQ(error_of({{"numbers", {1, 2}}, {"target", 3}}), "");
   EXPECT_NE(error_of(Json::array()).find("data.jsonl:7"), std::string::npos);

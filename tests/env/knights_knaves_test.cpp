@@ -9,12 +9,14 @@
 
 #include "common/error.h"
 #include "env/registry.h"
-#include "error_of.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
 
 using test::error_of;
+using test::expect_zero_scores;
+using test::for_each_generated;
 
 using Kinds = std::map<std::string, bool>;  // name -> is a knight
 
@@ -85,30 +87,21 @@ Task classic() {
 
 TEST(KnightsKnaves, GeneratedPuzzlesHaveOneConsistentAssignmentAndSolutionsScoreOne) {
   const auto env = make_environment("knights_knaves");
-  for (int difficulty = 1; difficulty <= 10; ++difficulty) {
-    for (uint64_t seed = 0; seed < 25; ++seed) {
-      const Task t = env->generate(seed, difficulty);
-      SCOPED_TRACE(t.task_id);
-      EXPECT_NO_THROW(env->validate(t, "generated"));
-      ASSERT_TRUE(t.solution);
-      const Score s = env->score(t, *t.solution);
-      EXPECT_EQ(s.reward, 1.0) << s.reason;
-
-      const auto found = consistent_assignments(t.verification_info);
-      ASSERT_EQ(found.size(), 1u);
-      for (const auto& [name, knight] : found[0]) {
-        EXPECT_EQ(t.verification_info["solution"][name], knight ? "knight" : "knave");
-        EXPECT_NE(t.prompt.find(name), std::string::npos);
-      }
-      EXPECT_EQ(env->score(t, answer_for(found[0])).reward, 1.0);
-      // Every other assignment is wrong, and the reason names a statement it breaks.
-      Kinds wrong = found[0];
-      wrong.begin()->second = !wrong.begin()->second;
-      const Score w = env->score(t, answer_for(wrong));
-      EXPECT_EQ(w.reward, 0.0);
-      EXPECT_NE(w.reason.find("'s statement \""), std::string::npos) << w.reason;
+  for_each_generated(*env, 25, [&](const Task& t) {
+    const auto found = consistent_assignments(t.verification_info);
+    ASSERT_EQ(found.size(), 1u);
+    for (const auto& [name, knight] : found[0]) {
+      EXPECT_EQ(t.verification_info["solution"][name], knight ? "knight" : "knave");
+      EXPECT_NE(t.prompt.find(name), std::string::npos);
     }
-  }
+    EXPECT_EQ(env->score(t, answer_for(found[0])).reward, 1.0);
+    // Every other assignment is wrong, and the reason names a statement it breaks.
+    Kinds wrong = found[0];
+    wrong.begin()->second = !wrong.begin()->second;
+    const Score w = env->score(t, answer_for(wrong));
+    EXPECT_EQ(w.reward, 0.0);
+    EXPECT_NE(w.reason.find("'s statement \""), std::string::npos) << w.reason;
+  });
 }
 
 TEST(KnightsKnaves, DifficultyGrowsThePuzzleAndIsDeterministic) {
@@ -180,12 +173,7 @@ TEST(KnightsKnaves, MalformedAnswersScoreZeroWithoutThrowing) {
       {"<answer>\xff\xfe garbage</answer>", "'garbage' is not"},
       {"<answer>" + std::string(1 << 20, 'A') + "</answer>", "too long"},
   };
-  for (const auto& [completion, reason] : cases) {
-    Score s;
-    EXPECT_NO_THROW(s = env->score(t, completion));
-    EXPECT_EQ(s.reward, 0.0) << completion.substr(0, 60);
-    EXPECT_NE(s.reason.find(reason), std::string::npos) << s.reason;
-  }
+  expect_zero_scores(*env, t, cases);
   // The last answer counts.
   const std::string right = "<answer>Alice is a knight, Bob is a knave</answer>";
   const std::string wrong = "<answer>Alice is a knave, Bob is a knight</answer>";

@@ -10,12 +10,14 @@
 
 #include "common/error.h"
 #include "env/registry.h"
-#include "error_of.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
 
 using test::error_of;
+using test::expect_zero_scores;
+using test::for_each_generated;
 
 Task maze_task(const std::vector<std::string>& grid) {
   Task t;
@@ -71,30 +73,22 @@ std::string moves_of(const std::string& solution) {
 
 TEST(Maze, GeneratedSolutionsAreShortestWalksAndScoreOne) {
   const auto env = make_environment("maze");
-  for (int difficulty = 1; difficulty <= 10; ++difficulty) {
-    for (uint64_t seed = 0; seed < 20; ++seed) {
-      const Task t = env->generate(seed, difficulty);
-      SCOPED_TRACE(t.task_id);
-      EXPECT_NO_THROW(env->validate(t, "generated"));
-      ASSERT_TRUE(t.solution);
-      const Score s = env->score(t, *t.solution);
-      EXPECT_EQ(s.reward, 1.0) << s.reason;
-      const auto grid = grid_of(t);
-      EXPECT_EQ(static_cast<int>(moves_of(*t.solution).size()), bfs_distance(grid));
+  for_each_generated(*env, 20, [](const Task& t) {
+    const auto grid = grid_of(t);
+    EXPECT_EQ(static_cast<int>(moves_of(*t.solution).size()), bfs_distance(grid));
 
-      // A perfect maze is a tree: open cells = open adjacencies + 1.
-      int cells = 0, edges = 0;
-      for (size_t r = 0; r < grid.size(); ++r) {
-        for (size_t c = 0; c < grid[r].size(); ++c) {
-          if (grid[r][c] == '#') continue;
-          ++cells;
-          edges += r + 1 < grid.size() && grid[r + 1][c] != '#';
-          edges += c + 1 < grid[r].size() && grid[r][c + 1] != '#';
-        }
+    // A perfect maze is a tree: open cells = open adjacencies + 1.
+    int cells = 0, edges = 0;
+    for (size_t r = 0; r < grid.size(); ++r) {
+      for (size_t c = 0; c < grid[r].size(); ++c) {
+        if (grid[r][c] == '#') continue;
+        ++cells;
+        edges += r + 1 < grid.size() && grid[r + 1][c] != '#';
+        edges += c + 1 < grid[r].size() && grid[r][c + 1] != '#';
       }
-      EXPECT_EQ(cells, edges + 1);
     }
-  }
+    EXPECT_EQ(cells, edges + 1);
+  });
 }
 
 TEST(Maze, DifficultyGrowsTheGridAndIsDeterministic) {
@@ -179,12 +173,7 @@ TEST(Maze, MalformedAndHugeAnswersScoreZeroWithoutThrowing) {
       // Within the text bound but past the move limit (4 per cell of a 25x25 grid).
       {"<answer>" + std::string(2501, 'U') + "</answer>", "more than the limit of 2500"},
   };
-  for (const auto& [completion, reason] : cases) {
-    Score s;
-    EXPECT_NO_THROW(s = env->score(t, completion));
-    EXPECT_EQ(s.reward, 0.0) << completion.substr(0, 60);
-    EXPECT_NE(s.reason.find(reason), std::string::npos) << s.reason;
-  }
+  expect_zero_scores(*env, t, cases);
   // The last answer counts.
   EXPECT_EQ(env->score(t, "<answer>U</answer> no: " + *t.solution).reward, 1.0);
   EXPECT_EQ(env->score(t, *t.solution + " no: <answer>U</answer>").reward, 0.0);
@@ -210,9 +199,7 @@ TEST(Maze, ExplicitEndpointsReplaceOrMustMatchTheLetters) {
 TEST(Maze, ValidateNamesTheFault) {
   const auto env = make_environment("maze");
   auto check = [&](const Json& info) {
-    Task t;
-    t.verification_info = info;
-    return error_of([&] { env->validate(t, "mazes.jsonl:9"); });
+    return test::validation_error(*env, info, "mazes.jsonl:9");
   };
   auto grid = [](std::vector<std::string> rows) { return Json{{"grid", rows}}; };
   EXPECT_NE(check(Json::object()).find("missing field 'grid'"), std::string::npos);

@@ -9,6 +9,7 @@
 #include "common/rng.h"
 #include "env/answer_extraction.h"
 #include "env/environments/environments.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
@@ -164,14 +165,7 @@ TEST(ReverseText, IsDeterministicPerSeedAndVariesAcrossSeeds) {
 TEST(ReverseText, ValidateNamesTheBadField) {
   const auto env = make_reverse_text_environment();
   auto error_of = [&](Json info) {
-    Task t;
-    t.verification_info = std::move(info);
-    try {
-      env->validate(t, "rev.jsonl:2");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return test::validation_error(*env, std::move(info), "rev.jsonl:2");
   };
   EXPECT_EQ(error_of({{"text", "abc"}, {"reversed", "cba"}}), "");
   EXPECT_NE(error_of(Json::array()).find("rev.jsonl:2"), std::string::npos);

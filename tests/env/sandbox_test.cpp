@@ -25,19 +25,14 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "error_of.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
 
 namespace fs = std::filesystem;
 
-SandboxLimits test_limits(double cpu_seconds = 10, double wall_seconds = 60) {
-  SandboxLimits l;
-  l.cpu_seconds = cpu_seconds;
-  l.wall_seconds = wall_seconds;
-  return l;
-}
+using test::test_limits;
 
 // A host path no other test process uses.
 fs::path unique_host_path(const std::string& name) {
@@ -286,18 +281,24 @@ TEST(Sandbox, PrintingGigabytesIsCutOffAtTheOutputLimit) {
   EXPECT_EQ(r.out.size(), 60001u);
 }
 
+// The fields of a /proc/<pid>/stat file after the command name ("S 1 ..."; "" when unreadable).
+std::string stat_fields(const fs::path& stat) {
+  std::ifstream in(stat);
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? "" : line.substr(close + 2);
+}
+
 // The processes whose parent is `pid`, recursively (read from /proc).
 std::set<pid_t> descendants(pid_t pid) {
   std::multimap<pid_t, pid_t> children;
   for (const auto& entry : fs::directory_iterator("/proc")) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const auto close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
+    const std::string fields = stat_fields(entry.path() / "stat");
+    if (fields.empty()) continue;
+    std::istringstream rest(fields);
     char state = 0;
     pid_t parent = 0;
     rest >> state >> parent;
@@ -317,11 +318,8 @@ std::set<pid_t> descendants(pid_t pid) {
 
 // Alive: exists and is not a zombie (a dead process its new parent has not reaped yet).
 bool alive(pid_t pid) {
-  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+  const std::string fields = stat_fields(fmt::format("/proc/{}/stat", pid));
+  return !fields.empty() && fields[0] != 'Z';
 }
 
 TEST(Sandbox, KillingTheCallerLeavesNoProcessesBehind) {

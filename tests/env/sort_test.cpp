@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/rng.h"
 #include "env/environments/environments.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
@@ -174,14 +175,7 @@ TEST(Sort, IsDeterministicPerSeedAndVariesAcrossSeeds) {
 TEST(Sort, ValidateNamesTheBadField) {
   const auto env = make_sort_environment();
   auto error_of = [&](Json info) {
-    Task t;
-    t.verification_info = std::move(info);
-    try {
-      env->validate(t, "sort.jsonl:4");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+    return test::validation_error(*env, std::move(info), "sort.jsonl:4");
   };
   auto info = [](Json items, Json order, Json sorted) {
     return Json{{"items", items}, {"order", order}, {"sorted", sorted}};

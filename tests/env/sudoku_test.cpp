@@ -8,12 +8,13 @@
 
 #include "common/error.h"
 #include "env/registry.h"
-#include "error_of.h"
+#include "env_test_util.h"
 
 namespace trellis::env {
 namespace {
 
-using test::error_of;
+using test::expect_zero_scores;
+using test::for_each_generated;
 
 Task puzzle_task(int size, const std::string& puzzle) {
   Task t;
@@ -77,24 +78,15 @@ int givens(const Task& t) {
 
 TEST(Sudoku, GeneratedSolutionsScoreOneAndPuzzlesAreUnique) {
   const auto env = make_environment("sudoku");
-  for (int difficulty = 1; difficulty <= 10; ++difficulty) {
-    for (uint64_t seed = 0; seed < 12; ++seed) {
-      const Task t = env->generate(seed, difficulty);
-      SCOPED_TRACE(t.task_id);
-      EXPECT_NO_THROW(env->validate(t, "generated"));
-      ASSERT_TRUE(t.solution);
-      const Score s = env->score(t, *t.solution);
-      EXPECT_EQ(s.reward, 1.0) << s.reason;
-
-      // The brute force finds the same single solution, and the verifier accepts it.
-      const int n = t.verification_info["size"];
-      std::vector<int> g = cells_of(t.verification_info["puzzle"]);
-      std::vector<int> first;
-      EXPECT_EQ(brute_force(g, n, 2, &first), 1);
-      EXPECT_EQ(env->score(t, answer(rows_of(first, n))).reward, 1.0);
-      EXPECT_NE(t.solution->find(rows_of(first, n)), std::string::npos);
-    }
-  }
+  for_each_generated(*env, 12, [&](const Task& t) {
+    // The brute force finds the same single solution, and the verifier accepts it.
+    const int n = t.verification_info["size"];
+    std::vector<int> g = cells_of(t.verification_info["puzzle"]);
+    std::vector<int> first;
+    EXPECT_EQ(brute_force(g, n, 2, &first), 1);
+    EXPECT_EQ(env->score(t, answer(rows_of(first, n))).reward, 1.0);
+    EXPECT_NE(t.solution->find(rows_of(first, n)), std::string::npos);
+  });
 }
 
 TEST(Sudoku, DifficultySetsSizeAndGivens) {
@@ -191,12 +183,7 @@ TEST(Sudoku, MalformedAnswersScoreZeroWithoutThrowing) {
        "byte 0xff"},
       {"<answer>" + std::string(1 << 20, '1') + "</answer>", "too long"},
   };
-  for (const auto& [completion, reason] : cases) {
-    Score s;
-    EXPECT_NO_THROW(s = env->score(t, completion));
-    EXPECT_EQ(s.reward, 0.0) << completion.substr(0, 60);
-    EXPECT_NE(s.reason.find(reason), std::string::npos) << s.reason;
-  }
+  expect_zero_scores(*env, t, cases);
   // The last answer counts: a wrong draft before the right one is fine, not the other way round.
   const Task generated = env->generate(1, 2);
   const std::string good = *generated.solution;
@@ -213,11 +200,7 @@ TEST(Sudoku, InvalidTasksScoreZero) {
 
 TEST(Sudoku, ValidateNamesTheFault) {
   const auto env = make_environment("sudoku");
-  auto check = [&](const Json& info) {
-    Task t;
-    t.verification_info = info;
-    return error_of([&] { env->validate(t, "data.jsonl:3"); });
-  };
+  auto check = [&](const Json& info) { return test::validation_error(*env, info, "data.jsonl:3"); };
   EXPECT_NE(check({{"puzzle", "................"}}).find("missing field 'size'"),
             std::string::npos);
   EXPECT_NE(check({{"size", 5}, {"puzzle", std::string(25, '.')}}).find("4 or 9"),

@@ -212,7 +212,7 @@ class ArithmeticEnvironment final : public Environment {
   }
 
   Score score(const Task& task, std::string_view completion) const override {
-    std::lock_guard lock(ginac_mutex());
+    // Text only, no GiNaC: no lock, so scoring runs in parallel with other GiNaC users.
     const auto answer = last_tagged(completion);
     if (!answer) return {0, "no <answer>...</answer> block"};
     if (answer->size() > kMaxAnswerBytes) {

@@ -57,12 +57,6 @@ std::optional<GiNaC::numeric> signed_integer(std::string_view text) {
   return negative ? -value : value;
 }
 
-// Whether j is an integer in [lo, hi] (a JSON integer above the int64 range is not).
-bool integer_within(const Json& j, int64_t lo, int64_t hi) {
-  if (j.is_number_unsigned()) return j.get<uint64_t>() <= static_cast<uint64_t>(hi);
-  return j.is_number_integer() && j.get<int64_t>() >= lo && j.get<int64_t>() <= hi;
-}
-
 struct Built {
   Expression expression;
   int64_t target = 0;
@@ -168,7 +162,6 @@ class CountdownEnvironment final : public Environment {
   }
 
   void validate(const Task& task, const std::string& where) const override {
-    std::lock_guard lock(ginac_mutex());
     const Json& info = task.verification_info;
     if (!info.is_object()) fail(where, "verification_info must be an object");
     if (!info.contains("numbers") || !info["numbers"].is_array()) {
@@ -180,12 +173,12 @@ class CountdownEnvironment final : public Environment {
            numbers.size());
     }
     for (const auto& x : numbers) {
-      if (!integer_within(x, 1, kMaxNumber)) {
+      if (!json_integer_in(x, 1, kMaxNumber)) {
         fail(where, "verification_info.numbers must be integers in [1, {}], not {}", kMaxNumber,
              x.dump());
       }
     }
-    if (!info.contains("target") || !integer_within(info["target"], -kMaxTarget, kMaxTarget)) {
+    if (!info.contains("target") || !json_integer_in(info["target"], -kMaxTarget, kMaxTarget)) {
       fail(where, "verification_info.target must be an integer of magnitude at most {}",
            kMaxTarget);
     }

@@ -54,29 +54,40 @@ struct Move {
 };
 constexpr std::array<Move, 4> kMoves = {{{'U', -1, 0}, {'D', 1, 0}, {'L', 0, -1}, {'R', 0, 1}}};
 
-// The shortest walk from start to goal as move letters (BFS), or none when the goal is cut off.
-std::optional<std::string> shortest_path(const Maze& maze) {
+// Breadth-first search from the start: for each cell (row by row), the index of the move that
+// first reached it (-1 for the start and for cells cut off) and its distance in moves (-1 when
+// cut off).
+struct Reach {
+  std::vector<int> via, distance;
+};
+
+Reach reach_from_start(const Maze& maze) {
   const int w = maze.width();
-  std::vector<int> via(maze.cells(), -1);  // the move index that first reached a cell
-  std::vector<bool> seen(maze.cells(), false);
+  Reach reach{std::vector<int>(maze.cells(), -1), std::vector<int>(maze.cells(), -1)};
   std::deque<Cell> queue = {maze.start};
-  seen[maze.start.row * w + maze.start.col] = true;
+  reach.distance[maze.start.row * w + maze.start.col] = 0;
   while (!queue.empty()) {
     const Cell at = queue.front();
     queue.pop_front();
-    if (at == maze.goal) break;
     for (int m = 0; m < 4; ++m) {
       const Cell next{at.row + kMoves[m].drow, at.col + kMoves[m].dcol};
-      if (!maze.open(next) || seen[next.row * w + next.col]) continue;
-      seen[next.row * w + next.col] = true;
-      via[next.row * w + next.col] = m;
+      if (!maze.open(next) || reach.distance[next.row * w + next.col] >= 0) continue;
+      reach.distance[next.row * w + next.col] = reach.distance[at.row * w + at.col] + 1;
+      reach.via[next.row * w + next.col] = m;
       queue.push_back(next);
     }
   }
-  if (!seen[maze.goal.row * w + maze.goal.col]) return std::nullopt;
+  return reach;
+}
+
+// The shortest walk from start to goal as move letters, or none when the goal is cut off.
+std::optional<std::string> shortest_path(const Maze& maze) {
+  const int w = maze.width();
+  const Reach reach = reach_from_start(maze);
+  if (reach.distance[maze.goal.row * w + maze.goal.col] < 0) return std::nullopt;
   std::string path;
   for (Cell at = maze.goal; !(at == maze.start);) {
-    const Move& m = kMoves[via[at.row * w + at.col]];
+    const Move& m = kMoves[reach.via[at.row * w + at.col]];
     path += m.letter;
     at = {at.row - m.drow, at.col - m.dcol};
   }
@@ -260,15 +271,14 @@ class MazeEnvironment final : public Environment {
 
     // The goal: the room farthest from the start (the first in reading order on ties). In a
     // perfect maze the path to it is unique, so that is also its length for the solver.
-    size_t farthest = 0;
+    const Reach reach = reach_from_start(maze);
+    int farthest = 0;
     for (int room = 0; room < rooms * rooms; ++room) {
-      Maze probe = maze;
-      probe.goal = {2 * (room / rooms) + 1, 2 * (room % rooms) + 1};
-      if (probe.goal == maze.start) continue;
-      const size_t length = shortest_path(probe)->size();
-      if (length > farthest) {
-        farthest = length;
-        maze.goal = probe.goal;
+      const Cell cell{2 * (room / rooms) + 1, 2 * (room % rooms) + 1};
+      const int distance = reach.distance[cell.row * maze.width() + cell.col];
+      if (distance > farthest) {
+        farthest = distance;
+        maze.goal = cell;
       }
     }
     maze.rows[maze.start.row][maze.start.col] = 'S';

@@ -34,13 +34,6 @@ bool allows_negative(int difficulty) { return difficulty >= 6; }
 bool allows_words(int difficulty) { return difficulty >= 3; }
 bool allows_descending(int difficulty) { return difficulty >= 5; }
 
-// Whether j is an integer in [-kMaxMagnitude, kMaxMagnitude] (not one above the int64 range).
-bool bounded_integer(const Json& j) {
-  if (j.is_number_unsigned()) return j.get<uint64_t>() <= static_cast<uint64_t>(kMaxMagnitude);
-  return j.is_number_integer() && j.get<int64_t>() >= -kMaxMagnitude &&
-         j.get<int64_t>() <= kMaxMagnitude;
-}
-
 // The canonical text of an integer item ("+007" -> "7", "-0" -> "0"); other text unchanged.
 std::string canonical_item(std::string_view item) {
   std::string_view digits = item;
@@ -168,7 +161,7 @@ class SortEnvironment final : public Environment {
                "commas, quotes, brackets or edge spaces, not integer-like); found {}",
                kMaxWordBytes, x.dump());
         }
-      } else if (!bounded_integer(x)) {
+      } else if (!json_integer_in(x, -kMaxMagnitude, kMaxMagnitude)) {
         fail(where,
              "verification_info.items must be all integers of magnitude at most {} or all "
              "words; found {}",
