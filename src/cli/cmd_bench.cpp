@@ -6,6 +6,7 @@
 #include "cli/env_flags.h"
 #include "common/logging.h"
 #include "engine/generate_bench.h"
+#include "env/registry.h"
 #include "env/verify_bench.h"
 #include "model/checkpoint.h"
 #include "model/train_bench.h"
@@ -93,10 +94,11 @@ struct BenchVerifyFlags {
 };
 
 void run_bench_verify(const BenchVerifyFlags& f) {
-  env::check_difficulty(f.options.difficulty, "--difficulty");
-  const auto environment = f.env.make();
+  const Config config = f.env.config();
+  const auto environment = env::make_environment(config);
   auto o = f.options;
-  if (environment->name() == "code") o.sandbox = env::SandboxLimits::from_config(f.env.config());
+  o.difficulty = f.env.resolved_difficulty(config);
+  if (environment->name() == "code") o.sandbox = env::SandboxLimits::from_config(config);
   std::printf("bench verify: %s, %lld tasks of difficulty %d, %d scoring threads\n",
               environment->name().c_str(), static_cast<long long>(o.tasks), o.difficulty,
               o.threads);
@@ -168,8 +170,7 @@ void add_bench_commands(CLI::App& app) {
   verify->add_option("--n", v.options.tasks, "generated tasks to score")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
-  verify->add_option("--difficulty", v.options.difficulty, "generator difficulty 1..10")
-      ->capture_default_str();
+  add_difficulty_flag(verify, v.env);
   verify->add_option("--seed", v.options.seed, "generator seed")->capture_default_str();
   verify->add_option("--threads", v.options.threads, "threads scoring at once")
       ->capture_default_str()

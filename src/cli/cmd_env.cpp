@@ -1,5 +1,6 @@
 // `trellis env list | sample | score`: the environments, their generated tasks, and what their
 // verifiers say of a completion.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
@@ -24,16 +25,13 @@ struct SampleFlags {
   EnvFlags env;
   int64_t n = 5;
   uint64_t seed = 0;
-  int difficulty = 0;  // 0 = env.difficulty
   std::string out;
 };
 
 void run_sample(const SampleFlags& f) {
   const Config config = f.env.config();
-  const auto environment = f.env.make();
-  const int difficulty =
-      f.difficulty > 0 ? f.difficulty : static_cast<int>(config.get<int64_t>("env.difficulty"));
-  env::check_difficulty(difficulty, "--difficulty");
+  const auto environment = env::make_environment(config);
+  const int difficulty = f.env.resolved_difficulty(config);
   const auto tasks = env::generate_tasks(*environment, f.n, f.seed, difficulty);
   if (!f.out.empty()) {
     env::write_tasks(f.out, tasks);
@@ -52,19 +50,23 @@ struct ScoreFlags {
 };
 
 void run_score(const ScoreFlags& f) {
-  const auto environment = [&] {
-    if (!f.env.env.empty()) return f.env.make();
-    // The environment named by the task file's first task, configured from the flags.
-    auto first = env::load_tasks(f.task_file).front();
-    EnvFlags named = f.env;
-    named.env = first.env;
-    return named.make();
-  }();
-  auto tasks = env::load_tasks_for(*environment, f.task_file);
+  // The environment is --env's, or else the one the file's first task names; it checks every task.
+  Config config = f.env.config();
+  std::unique_ptr<env::Environment> environment;
+  const auto tasks =
+      env::load_tasks(f.task_file, [&](const env::Task& t, const std::string& where) {
+        if (!environment) {
+          if (f.env.env.empty()) config.apply_override("env.name=" + t.env);
+          environment = env::make_environment(config);
+        }
+        env::check_task(*environment, t, where);
+      });
   const env::Task* task = nullptr;
   if (!f.task_id.empty()) {
-    for (const auto& t : tasks) task = t.task_id == f.task_id ? &t : task;
-    if (task == nullptr) fail(f.task_file, "no task with task_id '{}'", f.task_id);
+    const auto it = std::find_if(tasks.begin(), tasks.end(),
+                                 [&](const env::Task& t) { return t.task_id == f.task_id; });
+    if (it == tasks.end()) fail(f.task_file, "no task with task_id '{}'", f.task_id);
+    task = &*it;
   } else if (tasks.size() == 1) {
     task = &tasks.front();
   } else {
@@ -100,8 +102,7 @@ void add_env_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   sample_cmd->add_option("--seed", sample.seed, "generator seed")->capture_default_str();
-  sample_cmd->add_option("--difficulty", sample.difficulty,
-                         "1 (easiest) .. 10; default: env.difficulty of the configuration");
+  add_difficulty_flag(sample_cmd, sample.env);
   sample_cmd->add_option("--out", sample.out, "write a JSONL file instead of printing");
   sample_cmd->callback([] { run_sample(sample); });
 

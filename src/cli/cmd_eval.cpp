@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/logging.h"
 #include "env/pass_at_k.h"
+#include "env/registry.h"
 #include "model/checkpoint.h"
 
 namespace trellis::cli {
@@ -22,7 +23,6 @@ struct SamplingFlags {
   std::string model, tasks, out;
   EnvFlags env;
   int64_t n = 0, k = 1, max_tokens = 1024, max_num_seqs = 256;
-  int difficulty = 0;
   engine::SamplingParams sampling;
   uint64_t seed = 0;
   ComputeFlags compute;
@@ -38,7 +38,7 @@ struct Loaded {
 Loaded load(const SamplingFlags& f, const char* command) {
   Loaded l;
   const Config config = f.env.config();
-  l.environment = f.env.make();
+  l.environment = env::make_environment(config);
   if (!f.tasks.empty()) {
     if (f.n > 0) fail(command, "give --tasks FILE or --n N, not both");
     l.tasks = env::load_tasks_for(*l.environment, f.tasks);
@@ -48,10 +48,7 @@ Loaded load(const SamplingFlags& f, const char* command) {
       l.tasks = env::load_tasks_for(*l.environment, dataset);
     } else {
       if (f.n <= 0) fail(command, "give --tasks FILE (a JSONL dataset) or --n N (generated tasks)");
-      const int difficulty =
-          f.difficulty > 0 ? f.difficulty : static_cast<int>(config.get<int64_t>("env.difficulty"));
-      env::check_difficulty(difficulty, "--difficulty");
-      l.tasks = env::generate_tasks(*l.environment, f.n, f.seed, difficulty);
+      l.tasks = env::generate_tasks(*l.environment, f.n, f.seed, f.env.resolved_difficulty(config));
     }
   }
   l.options.k = f.k;
@@ -163,8 +160,7 @@ void add_task_sampling_flags(CLI::App* cmd, SamplingFlags& f, bool filter) {
   } else {
     cmd->add_option("--n", f.n, "generate N tasks with the environment's generator")
         ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-    cmd->add_option("--difficulty", f.difficulty,
-                    "generator difficulty 1..10 (default: env.difficulty of the configuration)");
+    add_difficulty_flag(cmd, f.env);
   }
   cmd->add_option("--k", f.k, "samples per task")
       ->capture_default_str()

@@ -1,7 +1,7 @@
 // Environment flags (see env_flags.h).
 #include "cli/env_flags.h"
 
-#include "env/registry.h"
+#include "env/environment.h"
 
 namespace trellis::cli {
 
@@ -12,9 +12,11 @@ Config EnvFlags::config() const {
   return c;
 }
 
-std::unique_ptr<env::Environment> EnvFlags::make() const {
-  const Config c = config();
-  return env::make_environment(c.get<std::string>("env.name"), env::EnvSettings::from_config(c));
+int EnvFlags::resolved_difficulty(const Config& config) const {
+  const int d =
+      difficulty > 0 ? difficulty : static_cast<int>(config.get<int64_t>("env.difficulty"));
+  env::check_difficulty(d, "--difficulty");
+  return d;
 }
 
 void add_env_flags(CLI::App* cmd, EnvFlags& flags, bool env_required) {
@@ -26,6 +28,12 @@ void add_env_flags(CLI::App* cmd, EnvFlags& flags, bool env_required) {
                   "TOML config files ([env] section: system prompt, length reward, sandbox)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--set", flags.overrides, "override one key: section.key=value (repeatable)");
+}
+
+void add_difficulty_flag(CLI::App* cmd, EnvFlags& flags) {
+  cmd->add_option("--difficulty", flags.difficulty,
+                  "generator difficulty 1 (easiest) .. 10; default: env.difficulty of the "
+                  "configuration");
 }
 
 }  // namespace trellis::cli

@@ -51,14 +51,16 @@ std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t see
   return tasks;
 }
 
+void check_task(const Environment& env, const Task& task, const std::string& where) {
+  if (task.env != env.name()) {
+    fail(where, "task '{}' is for environment '{}', not '{}'", task.task_id, task.env, env.name());
+  }
+  env.validate(task, where);
+}
+
 std::vector<Task> load_tasks_for(const Environment& env, const std::filesystem::path& path) {
-  return load_tasks(path, [&](const Task& task, const std::string& where) {
-    if (task.env != env.name()) {
-      fail(where, "task '{}' is for environment '{}', not '{}'", task.task_id, task.env,
-           env.name());
-    }
-    env.validate(task, where);
-  });
+  return load_tasks(
+      path, [&](const Task& task, const std::string& where) { check_task(env, task, where); });
 }
 
 void check_difficulty(int difficulty, const std::string& where) {

@@ -70,8 +70,9 @@ Task generated_task(const Environment& env, uint64_t seed, int difficulty);
 // (seed, i), so the same (seed, n) gives the same tasks and a larger n extends the list.
 std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t seed, int difficulty);
 
-// The tasks of a JSONL dataset for `env`: each must name this environment and pass its validate().
-// Errors name "file:line".
+// Error naming `where` unless the task names `env` and passes its validate().
+void check_task(const Environment& env, const Task& task, const std::string& where);
+// The tasks of a JSONL dataset for `env`, each checked by check_task(). Errors name "file:line".
 std::vector<Task> load_tasks_for(const Environment& env, const std::filesystem::path& path);
 
 // Error naming `where` unless difficulty is in [kMinDifficulty, kMaxDifficulty].

@@ -51,4 +51,8 @@ std::unique_ptr<Environment> make_environment(std::string_view name, const EnvSe
        fmt::join(environment_names(), ", "));
 }
 
+std::unique_ptr<Environment> make_environment(const Config& config) {
+  return make_environment(config.get<std::string>("env.name"), EnvSettings::from_config(config));
+}
+
 }  // namespace trellis::env

@@ -28,5 +28,7 @@ std::vector<std::string> environment_names();
 // The environment called `name`; Error listing the known names when there is none.
 std::unique_ptr<Environment> make_environment(std::string_view name,
                                               const EnvSettings& settings = {});
+// The environment named by env.name, configured by the [env.*] sections.
+std::unique_ptr<Environment> make_environment(const Config& config);
 
 }  // namespace trellis::env

@@ -13,10 +13,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_CONTAINS(haystack, needle)                                                       \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" \
-                                                        << (haystack)
-
 // Writes a safetensors file by hand: u64 header length, header JSON, data.
 void write_raw_safetensors(const fs::path& path, const std::string& header, size_t data_bytes) {
   std::string out(8, '\0');

@@ -15,10 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-#define EXPECT_CONTAINS(haystack, needle)                                                       \
-  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" \
-                                                        << (haystack)
-
 const std::vector<std::string> kEnvironments = {"math",       "code",         "countdown",
                                                 "arithmetic", "reverse_text", "sort",
                                                 "sudoku",     "maze",         "knights_knaves"};

@@ -8,6 +8,11 @@
 #include <filesystem>
 #include <string>
 
+// Fails (and shows the whole output) unless `haystack` contains `needle`.
+#define EXPECT_CONTAINS(haystack, needle)                                                       \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" \
+                                                        << (haystack)
+
 namespace trellis::test {
 
 struct CliResult {
