@@ -194,6 +194,18 @@ struct Engine::Impl {
     for (Seq* c : split(s, children)) finish(*c, why);
   }
 
+  // Ends, with `end`, every sequence of `queue` that `pick` selects, and drops it from the queue.
+  template <typename Queue, typename Pick, typename End>
+  static void end_if(Queue& queue, const Pick& pick, const End& end) {
+    for (auto& s : queue) {
+      if (pick(s)) {
+        end(s);
+        s.reset();
+      }
+    }
+    std::erase(queue, nullptr);
+  }
+
   void preempt(std::unique_ptr<Seq> s) {
     release_blocks(*s);
     ++stats.preemptions;
@@ -480,20 +492,9 @@ void Engine::abort(const std::string& request_id) {
   auto matches = [&](const std::unique_ptr<Seq>& s) {
     return s && s->group->request.id == request_id;
   };
-  for (auto& s : m.running) {
-    if (matches(s)) {
-      m.finish_all(s, Finish::kAbort);
-      s.reset();
-    }
-  }
-  std::erase(m.running, nullptr);
-  for (auto& s : m.waiting) {
-    if (matches(s)) {
-      m.finish_all(s, Finish::kAbort);
-      s.reset();
-    }
-  }
-  std::erase(m.waiting, nullptr);
+  auto end = [&](std::unique_ptr<Seq>& s) { m.finish_all(s, Finish::kAbort); };
+  m.end_if(m.running, matches, end);
+  m.end_if(m.waiting, matches, end);
 }
 
 void Engine::stop(const std::string& request_id, int64_t index) {
@@ -523,20 +524,9 @@ void Engine::stop(const std::string& request_id, int64_t index) {
       break;
     }
   }
-  for (auto& s : m.running) {
-    if (covers(s)) {
-      m.finish(*s, Finish::kStop);
-      s.reset();
-    }
-  }
-  std::erase(m.running, nullptr);
-  for (auto& s : m.waiting) {
-    if (covers(s)) {
-      m.finish(*s, Finish::kStop);
-      s.reset();
-    }
-  }
-  std::erase(m.waiting, nullptr);
+  auto end = [&](std::unique_ptr<Seq>& s) { m.finish(*s, Finish::kStop); };
+  m.end_if(m.running, covers, end);
+  m.end_if(m.waiting, covers, end);
 }
 
 void Engine::abort_all() {

@@ -20,6 +20,13 @@ const Json* find(const Json& body, const char* key) {
   throw ApiError(400, message, param);
 }
 
+// The field's value; an error naming `name` when it is absent or null.
+const Json& required(const Json& obj, const char* key, const std::string& name) {
+  const Json* v = find(obj, key);
+  if (v == nullptr) bad(name, fmt::format("missing field '{}'", name));
+  return *v;
+}
+
 int64_t as_int(const Json& v, const std::string& name) {
   if (v.is_number_unsigned()) {
     if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -194,8 +201,6 @@ std::string message_content(const Json& content, const std::string& name, bool a
   return text;
 }
 
-std::string bytes_of(const model::Tokenizer& tok, int32_t id) { return tok.token_bytes(id); }
-
 Json byte_list(const std::string& s) {
   Json out = Json::array();
   for (char c : s) out.push_back(static_cast<unsigned char>(c));
@@ -232,8 +237,7 @@ Json parse_body(const std::string& body) {
 CompletionsRequest parse_completions(const Json& body) {
   CompletionsRequest r;
   r.params = parse_params(body, /*chat=*/false);
-  const Json* prompt = find(body, "prompt");
-  if (prompt == nullptr) bad("prompt", "missing field 'prompt'");
+  const Json& prompt = required(body, "prompt", "prompt");
   auto one = [&](const Json& p, const std::string& name) {
     PromptInput in;
     if (p.is_string()) {
@@ -245,12 +249,12 @@ CompletionsRequest parse_completions(const Json& body) {
     }
     return in;
   };
-  if (prompt->is_array() && !prompt->empty() && !prompt->front().is_number()) {
-    for (size_t i = 0; i < prompt->size(); ++i) {
-      r.prompts.push_back(one((*prompt)[i], fmt::format("prompt[{}]", i)));
+  if (prompt.is_array() && !prompt.empty() && !prompt.front().is_number()) {
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      r.prompts.push_back(one(prompt[i], fmt::format("prompt[{}]", i)));
     }
   } else {
-    r.prompts.push_back(one(*prompt, "prompt"));
+    r.prompts.push_back(one(prompt, "prompt"));
   }
   if (const Json* v = find(body, "echo")) r.echo = as_bool(*v, "echo");
   if (r.echo && r.params.logprobs >= 0) {
@@ -262,18 +266,15 @@ CompletionsRequest parse_completions(const Json& body) {
 ChatRequest parse_chat(const Json& body) {
   ChatRequest r;
   r.params = parse_params(body, /*chat=*/true);
-  const Json* messages = find(body, "messages");
-  if (messages == nullptr) bad("messages", "missing field 'messages'");
-  if (!messages->is_array() || messages->empty()) {
+  const Json& messages = required(body, "messages", "messages");
+  if (!messages.is_array() || messages.empty()) {
     bad("messages", "'messages' must be a non-empty list of {role, content}");
   }
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const Json& m = (*messages)[i];
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object()) bad(where, fmt::format("'{}' must be an object", where));
-    const Json* role = find(m, "role");
-    if (role == nullptr) bad(where + ".role", fmt::format("missing field '{}.role'", where));
-    std::string r_name = as_string(*role, where + ".role");
+    std::string r_name = as_string(required(m, "role", where + ".role"), where + ".role");
     if (r_name == "developer") r_name = "system";  // OpenAI's newer name for the system role
     if (r_name != "system" && r_name != "user" && r_name != "assistant") {
       bad(where + ".role",
@@ -302,14 +303,14 @@ Json completion_logprobs(const model::Tokenizer& tok, const TokenRun& run, bool 
   Json tokens = Json::array(), logprobs = Json::array(), offsets = Json::array();
   Json top = with_top ? Json::array() : Json(nullptr);
   for (size_t i = 0; i < run.tokens.size(); ++i) {
-    tokens.push_back(bytes_of(tok, run.tokens[i]));
+    tokens.push_back(tok.token_bytes(run.tokens[i]));
     logprobs.push_back(run.logprobs[i]);
     offsets.push_back(offset_base + (i < run.offsets.size() ? run.offsets[i] : 0));
     if (with_top) {
       Json alternatives = Json::object();
       if (i < run.top.size()) {
         for (const auto& [id, lp] : run.top[i]) {
-          const std::string key = bytes_of(tok, id);
+          const std::string key = tok.token_bytes(id);
           if (!alternatives.contains(key)) alternatives[key] = lp;  // most likely spelling wins
         }
       }
@@ -325,11 +326,11 @@ Json completion_logprobs(const model::Tokenizer& tok, const TokenRun& run, bool 
 Json chat_logprobs(const model::Tokenizer& tok, const TokenRun& run) {
   Json content = Json::array();
   for (size_t i = 0; i < run.tokens.size(); ++i) {
-    const std::string text = bytes_of(tok, run.tokens[i]);
+    const std::string text = tok.token_bytes(run.tokens[i]);
     Json top = Json::array();
     if (i < run.top.size()) {
       for (const auto& [id, lp] : run.top[i]) {
-        const std::string alt = bytes_of(tok, id);
+        const std::string alt = tok.token_bytes(id);
         top.push_back({{"token", alt}, {"logprob", lp}, {"bytes", byte_list(alt)}});
       }
     }

@@ -103,12 +103,6 @@ struct Job {
   }
 };
 
-int64_t characters(const std::string& s) {
-  int64_t n = 0;
-  for (char c : s) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
-  return n;
-}
-
 TokenRun token_run(const Choice& c, size_t begin, size_t end) {
   const bool top = !c.top.empty();
   return {std::span(c.tokens).subspan(begin, end - begin),
@@ -517,9 +511,9 @@ struct OpenAIServer::Impl {
     } else {
       const std::string& echoed = job.echo ? job.prompt_texts[k] : std::string();
       choice["text"] = echoed + c.text.text();
-      choice["logprobs"] = p.logprobs >= 0
-                               ? completion_logprobs(tok, run, p.logprobs > 0, characters(echoed))
-                               : Json(nullptr);
+      choice["logprobs"] =
+          p.logprobs >= 0 ? completion_logprobs(tok, run, p.logprobs > 0, utf8_characters(echoed))
+                          : Json(nullptr);
     }
     choice["finish_reason"] = c.finish;
     if (p.return_token_ids) {
@@ -573,7 +567,7 @@ struct OpenAIServer::Impl {
     choice["logprobs"] = nullptr;
     if (p.logprobs >= 0 && tokens) {
       const TokenRun run = token_run(c, e.token_begin, e.token_end);
-      const int64_t base = job.echo ? characters(job.prompt_texts[e.choice / p.n]) : 0;
+      const int64_t base = job.echo ? utf8_characters(job.prompt_texts[e.choice / p.n]) : 0;
       choice["logprobs"] = job.api == Api::kChat
                                ? chat_logprobs(tok, run)
                                : completion_logprobs(tok, run, p.logprobs > 0, base);

@@ -193,13 +193,6 @@ double first_u_reaching(double c, double mass) {
   return u;
 }
 
-void check_params(const SamplingParams& params, const char* where) {
-  if (!(params.temperature >= 0 && std::isfinite(params.temperature)) || params.top_k < 0 ||
-      !(params.top_p > 0 && params.top_p <= 1)) {
-    validate_sampling(params, where);
-  }
-}
-
 }  // namespace
 
 void validate_sampling(const SamplingParams& params, const std::string& where) {
@@ -222,7 +215,7 @@ double sampling_uniform(uint64_t seed, int64_t position) {
 
 Sample sample_token(const float* logits, int64_t vocab, const SamplingParams& params, double u) {
   constexpr const char* kWhere = "sample_token";
-  check_params(params, kWhere);
+  validate_sampling(params, kWhere);
   if (!(u >= 0 && u < 1)) fail(kWhere, "u must be in [0, 1), got {}", u);
   if (params.temperature == 0) {
     const Weights row = weigh(logits, vocab, 1.0, kWhere);
@@ -243,7 +236,7 @@ Sample sample_token(const float* logits, int64_t vocab, const SamplingParams& pa
 Interval token_interval(const float* logits, int64_t vocab, const SamplingParams& params,
                         int32_t token) {
   constexpr const char* kWhere = "token_interval";
-  check_params(params, kWhere);
+  validate_sampling(params, kWhere);
   if (params.temperature == 0) {
     const Weights row = weigh(logits, vocab, 1.0, kWhere);
     return token == row.argmax ? Interval{0, 1} : Interval{};

@@ -18,6 +18,12 @@ size_t incomplete_utf8(const std::string& s) {
 
 }  // namespace
 
+int64_t utf8_characters(std::string_view text) {
+  int64_t n = 0;
+  for (char c : text) n += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+  return n;
+}
+
 TextStream::TextStream(const model::Tokenizer& tokenizer, std::vector<std::string> stop)
     : tokenizer_(tokenizer) {
   for (auto& s : stop) {
@@ -45,7 +51,7 @@ std::string TextStream::push(int32_t token) {
   offsets_.push_back(characters_ - (incomplete_utf8(text_) > 0 ? 1 : 0));
   if (!tokenizer_.is_special(token)) {
     const std::string bytes = tokenizer_.token_bytes(token);
-    for (char c : bytes) characters_ += (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+    characters_ += utf8_characters(bytes);
     text_ += bytes;
   }
   // A stop string can only begin in the unsent text (anything that could begin one is held back).

@@ -9,11 +9,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/tokenizer.h"
 
 namespace trellis::engine {
+
+// Unicode characters in UTF-8 text: its bytes that are not continuation bytes.
+int64_t utf8_characters(std::string_view text);
 
 class TextStream {
  public:

@@ -116,10 +116,6 @@ class ServeProcess {
   std::string log_, name_;
 };
 
-std::string as_served(const std::string& bytes) {
-  return Json::parse(Json(bytes).dump(-1, ' ', false, Json::error_handler_t::replace));
-}
-
 TEST(Serve, AnOpenAIClientSessionEndToEnd) {
   const auto dir = fresh_dir("serve_model");
   auto init = run_trellis("model init --arch qwen3 --preset tiny --seed 2 --out " + dir.string());
@@ -152,7 +148,7 @@ TEST(Serve, AnOpenAIClientSessionEndToEnd) {
   ASSERT_TRUE(completion);
   ASSERT_EQ(completion->status, 200) << completion->body;
   const Json c = Json::parse(completion->body);
-  EXPECT_EQ(c["choices"][0]["text"], as_served(expected));
+  EXPECT_EQ(c["choices"][0]["text"], json_safe_text(expected));
   EXPECT_EQ(c["usage"]["prompt_tokens"], 5);
 
   // Chat equals `trellis generate --chat`: the prompt is one user message in the ChatML template.
@@ -181,7 +177,7 @@ TEST(Serve, AnOpenAIClientSessionEndToEnd) {
   EXPECT_TRUE(chat->body.ends_with("data: [DONE]\n\n")) << chat->body;
   const std::string chat_expected =
       chat_generated.output.substr(0, chat_generated.output.size() - 1);
-  EXPECT_EQ(streamed, as_served(chat_expected));
+  EXPECT_EQ(streamed, json_safe_text(chat_expected));
 
   // A bad request gets a JSON error, and the server goes on.
   auto bad = cli.Post("/v1/completions", "{\"prompt\": ", "application/json");

@@ -40,9 +40,6 @@ std::unique_ptr<Transformer> tiny_model() {
   return m;
 }
 
-// What the server's JSON holds for raw bytes (invalid UTF-8 becomes U+FFFD).
-std::string as_served(const std::string& bytes) { return Json::parse(json_text(Json(bytes))); }
-
 struct Reply {
   int status = 0;
   Json json;
@@ -88,12 +85,11 @@ class OpenAIServerTest : public ::testing::Test {
     return cli;
   }
 
-  static Reply post(const std::string& path, const std::string& body) {
-    auto cli = client();
-    auto res = cli.Post(path.c_str(), body, "application/json");
+  // The reply to `what` (a failure, and an empty Reply, when there was none).
+  static Reply reply_of(const httplib::Result& res, const std::string& what) {
     Reply r;
     if (!res) {
-      ADD_FAILURE() << "no response from POST " << path << ": " << httplib::to_string(res.error());
+      ADD_FAILURE() << "no response from " << what << ": " << httplib::to_string(res.error());
       return r;
     }
     r.status = res->status;
@@ -102,21 +98,12 @@ class OpenAIServerTest : public ::testing::Test {
     if (r.content_type.starts_with("application/json")) r.json = Json::parse(res->body);
     return r;
   }
+  static Reply post(const std::string& path, const std::string& body) {
+    return reply_of(client().Post(path.c_str(), body, "application/json"), "POST " + path);
+  }
   static Reply post(const std::string& path, const Json& body) { return post(path, body.dump()); }
-
   static Reply get(const std::string& path) {
-    auto cli = client();
-    auto res = cli.Get(path.c_str());
-    Reply r;
-    if (!res) {
-      ADD_FAILURE() << "no response from GET " << path;
-      return r;
-    }
-    r.status = res->status;
-    r.body = res->body;
-    r.content_type = res->get_header_value("Content-Type");
-    if (r.content_type.starts_with("application/json")) r.json = Json::parse(res->body);
-    return r;
+    return reply_of(client().Get(path.c_str()), "GET " + path);
   }
 
   // The server-sent events of a stream: each `data:` payload parsed, and whether [DONE] ended it.
@@ -251,7 +238,7 @@ TEST_F(OpenAIServerTest, CompletionEqualsTheEngineRunDirectly) {
   EXPECT_EQ(c["index"], 0);
   EXPECT_EQ(ids(c["token_ids"]), ref.tokens);
   EXPECT_EQ(ids(c["prompt_token_ids"]), tok_->encode("hello"));
-  EXPECT_EQ(c["text"], as_served(tok_->decode(ref.tokens, /*skip_special=*/true)));
+  EXPECT_EQ(c["text"], json_safe_text(tok_->decode(ref.tokens, /*skip_special=*/true)));
   EXPECT_EQ(c["finish_reason"], finish_name(ref.finish));
   const int64_t generated = static_cast<int64_t>(ref.tokens.size());
   EXPECT_EQ(j["usage"], Json({{"prompt_tokens", 5},
@@ -265,7 +252,7 @@ TEST_F(OpenAIServerTest, CompletionEqualsTheEngineRunDirectly) {
   EXPECT_EQ(lp["text_offset"][0], 0);
   for (size_t i = 0; i < ref.tokens.size(); ++i) {
     EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), ref.logprobs[i], 1e-5) << i;
-    EXPECT_EQ(lp["tokens"][i], as_served(tok_->token_bytes(ref.tokens[i])));
+    EXPECT_EQ(lp["tokens"][i], json_safe_text(tok_->token_bytes(ref.tokens[i])));
     EXPECT_LE(lp["top_logprobs"][i].size(), 2u);
     EXPECT_GE(lp["top_logprobs"][i].size(), 1u);
   }
@@ -371,7 +358,7 @@ TEST_F(OpenAIServerTest, ChatRendersTheTemplateAndReturnsLogprobs) {
   const Json& c = j["choices"][0];
   EXPECT_EQ(c["message"]["role"], "assistant");
   EXPECT_EQ(ids(c["token_ids"]), ref.tokens);
-  EXPECT_EQ(c["message"]["content"], as_served(tok_->decode(ref.tokens, true)));
+  EXPECT_EQ(c["message"]["content"], json_safe_text(tok_->decode(ref.tokens, true)));
   EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
   const Json& content = c["logprobs"]["content"];
   ASSERT_EQ(content.size(), ref.tokens.size());
@@ -463,7 +450,7 @@ TEST_F(OpenAIServerTest, StopStringsCutTheText) {
   auto cut = post("/v1/completions", body);
   ASSERT_EQ(cut.status, 200) << cut.body;
   const Json& c = cut.json["choices"][0];
-  EXPECT_EQ(c["text"], as_served(expected));
+  EXPECT_EQ(c["text"], json_safe_text(expected));
   EXPECT_EQ(c["finish_reason"], "stop");
   // Tokens end with the one that completed the stop string.
   const auto kept = ids(c["token_ids"]);

@@ -5,47 +5,21 @@
 #include "model/chat_template.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <algorithm>
-#include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "error_of.h"
+#include "model/tokenizer_dir.h"
 
 namespace trellis::model {
 namespace {
 
-namespace fs = std::filesystem;
 using Messages = std::vector<ChatMessage>;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trellis_chat_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
+using test::TempDir;
+using test::written_tokenizer;
 
 // Excerpts of the real templates (tokenizer_config.json's chat_template, JSON-decoded), enough for
 // detection; rendering follows the full templates.
@@ -91,8 +65,7 @@ const char* const kLlama31Template =
 
 TEST(ChatTemplate, ChatMLRendersEachMessageAndTheGenerationPrompt) {
   TempDir dir;
-  write_byte_level_tokenizer(dir.path(), "chatml");
-  auto tok = Tokenizer::load(dir.path());
+  auto tok = written_tokenizer("chatml", dir);
   auto t = ChatTemplate::for_tokenizer(tok, "test");
   EXPECT_EQ(t.format(), ChatTemplate::Format::kChatML);
   EXPECT_STREQ(t.format_name(), "chatml");
@@ -116,8 +89,7 @@ TEST(ChatTemplate, ChatMLRendersEachMessageAndTheGenerationPrompt) {
 
 TEST(ChatTemplate, Llama3TrimsContentAndEmitsOneBos) {
   TempDir dir;
-  write_byte_level_tokenizer(dir.path(), "llama3");
-  auto tok = Tokenizer::load(dir.path());
+  auto tok = written_tokenizer("llama3", dir);
   auto t = ChatTemplate::for_tokenizer(tok, "test");
   EXPECT_EQ(t.format(), ChatTemplate::Format::kLlama3);
   EXPECT_STREQ(t.end_of_turn(), "<|eot_id|>");

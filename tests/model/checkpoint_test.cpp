@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/files.h"
+#include "error_of.h"
 #include "model/presets.h"
 #include "model/safetensors.h"
 
@@ -12,6 +13,7 @@ namespace trellis::model {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
 
 fs::path temp_dir(const std::string& name) {
   auto dir =
@@ -19,15 +21,6 @@ fs::path temp_dir(const std::string& name) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 torch::Tensor logits_of(Transformer& m) {

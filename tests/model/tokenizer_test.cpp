@@ -3,7 +3,6 @@
 #include "model/tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <filesystem>
 #include <functional>
@@ -12,29 +11,16 @@
 #include <vector>
 
 #include "common/files.h"
+#include "error_of.h"
+#include "model/tokenizer_dir.h"
 
 namespace trellis::model {
 namespace {
 
-namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trellis_tokenizer_XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::error_of;
+using test::TempDir;
+using test::written_tokenizer;
 
 // The GPT-2 byte -> unicode spelling, written out independently of the implementation.
 std::string bl(std::string_view bytes) {
@@ -134,17 +120,6 @@ Ids bytes_of(std::string_view s) {
   return out;
 }
 
-// The message of the Error that f throws ("" if it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // A tokenizer with a handful of merges over English, CJK, emoji, combining-mark and invalid bytes.
 Tokenizer merged_tokenizer(Json pre_tokenizer) {
   Spec spec;
@@ -156,11 +131,6 @@ Tokenizer merged_tokenizer(Json pre_tokenizer) {
                  {"\xe4", "\xb8"}, {"\xe4\xb8", "\xad"}, {"\xff", "\xfe"}, {"\xff\xfe", "\x80"},
                  {"1", "2"},       {"12", "3"}};
   return make(spec);
-}
-
-Tokenizer written_tokenizer(const std::string& chat_format, TempDir& dir) {
-  write_byte_level_tokenizer(dir.path(), chat_format);
-  return Tokenizer::load(dir.path());
 }
 
 const std::vector<std::string>& tricky_strings() {
