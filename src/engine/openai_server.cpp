@@ -380,8 +380,9 @@ struct OpenAIServer::Impl {
     {
       std::unique_lock lock(job->mu);
       job->cv.wait(lock, [&] { return job->unfinished == 0 || job->cancelled; });
-      cancelled = job->unfinished > 0;
       for (const auto& c : job->choices) aborted |= c->finish == "abort";
+      // Shutdown aborts the engine's requests too: their aborts may arrive before this wakes.
+      cancelled = job->cancelled && (job->unfinished > 0 || aborted);
     }
     release(job);
     request_log.note = log_note(*job);

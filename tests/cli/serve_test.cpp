@@ -189,13 +189,16 @@ TEST(Serve, AnOpenAIClientSessionEndToEnd) {
   EXPECT_EQ(health->status, 200);
 
   // SIGTERM while a long request runs: the request ends with an error and the server exits 0.
+  // Greedy, so that it runs all 2000 tokens (a sampled reply of this random model soon hits EOS
+  // and would finish before the signal).
   std::optional<int> in_flight_status;
   std::thread client([&] {
     httplib::Client long_cli("127.0.0.1", port);
     long_cli.set_read_timeout(120, 0);
-    auto r = long_cli.Post("/v1/completions",
-                           Json{{"prompt", "a long one"}, {"max_tokens", 2000}}.dump(),
-                           "application/json");
+    auto r = long_cli.Post(
+        "/v1/completions",
+        Json{{"prompt", "a long one"}, {"max_tokens", 2000}, {"temperature", 0}}.dump(),
+        "application/json");
     in_flight_status = r ? r->status : -1;
   });
   const auto deadline = Clock::now() + std::chrono::seconds(60);
