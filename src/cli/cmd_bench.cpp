@@ -9,14 +9,14 @@
 #include "env/registry.h"
 #include "env/verify_bench.h"
 #include "model/checkpoint.h"
-#include "model/train_bench.h"
+#include "rl/train_bench.h"
 
 namespace trellis::cli {
 namespace {
 
 struct BenchTrainFlags {
   std::string model;
-  model::TrainBenchOptions options;
+  rl::TrainBenchOptions options;
   ComputeFlags compute;
 };
 
@@ -24,29 +24,29 @@ void run_bench_train(const BenchTrainFlags& f) {
   auto compute = setup_compute(f.compute);
   auto transformer = model::load_transformer(f.model, compute);
   const auto& c = transformer->config();
+  const auto& o = f.options;
   std::printf(
-      "bench train: %s (%s, %.1fM params), %s, %d threads, seq_len %lld x %lld rows per step, "
-      "%lld tokens\n",
+      "bench train: %s (%s, %.1fM params), %s, %d threads; RL steps of %lld rollouts, prompt %lld "
+      "+ completion %lld-%lld tokens, %lld optimizer step(s) each\n",
       f.model.c_str(), model::arch_name(c.arch), c.num_parameters() / 1e6,
-      compute.describe().c_str(), torch::get_num_threads(),
-      static_cast<long long>(f.options.seq_len), static_cast<long long>(f.options.micro_batches),
-      static_cast<long long>(f.options.tokens));
-  const int64_t step_tokens = f.options.seq_len * f.options.micro_batches;
-  const int64_t steps = (f.options.tokens + step_tokens - 1) / step_tokens;
-  auto r = model::bench_train(*transformer, f.options, [&](int64_t step, double loss) {
-    std::fprintf(stderr, "\r  step %lld/%lld  loss %.4f", static_cast<long long>(step),
-                 static_cast<long long>(steps), loss);
+      compute.describe().c_str(), torch::get_num_threads(), static_cast<long long>(o.batch),
+      static_cast<long long>(o.prompt_len), static_cast<long long>(o.completion_len / 2),
+      static_cast<long long>(o.completion_len), static_cast<long long>(o.optimizer_steps));
+  auto r = rl::bench_train(*transformer, o, [&](int64_t step, double loss) {
+    std::fprintf(stderr, "\r  step %lld/%lld  loss %+.4f", static_cast<long long>(step),
+                 static_cast<long long>(o.steps), loss);
     std::fflush(stderr);
   });
   std::fprintf(stderr, "\n");
-  std::printf("%-12s %10s %12s %14s %14s %7s\n", "dtype", "steps", "tokens/s", "model TFLOP/s",
+  std::printf("%-8s %6s %12s %14s %14s %7s\n", "dtype", "steps", "tokens/s", "model TFLOP/s",
               "matmul TFLOP/s", "MFU");
-  std::printf("%-12s %10lld %12.1f %14.3f %14.3f %6.1f%%\n", compute.bf16() ? "bf16" : "fp32",
-              static_cast<long long>(r.steps), r.tokens_per_s, r.achieved_flops / 1e12,
+  std::printf("%-8s %6lld %12.1f %14.3f %14.3f %6.1f%%\n", compute.bf16() ? "bf16" : "fp32",
+              static_cast<long long>(r.steps), r.tokens_per_s, r.mfu * r.matmul_flops / 1e12,
               r.matmul_flops / 1e12, 100.0 * r.mfu);
-  std::printf("per step: forward %.0f ms, backward %.0f ms, optimizer %.0f ms; final loss %.4f\n",
-              1e3 * r.forward_s / r.steps, 1e3 * r.backward_s / r.steps,
-              1e3 * r.optimizer_s / r.steps, r.final_loss);
+  std::printf("per step: %.2f s (logp_old %.2f s, loss + backward + AdamW %.2f s), %lld tokens\n",
+              r.seconds / r.steps, r.logp_old_seconds / r.steps,
+              (r.seconds - r.logp_old_seconds) / r.steps,
+              static_cast<long long>(r.tokens / r.steps));
 }
 
 struct BenchGenerateFlags {
@@ -126,19 +126,20 @@ void add_bench_commands(CLI::App& app) {
   bench->require_subcommand(1);
   static BenchTrainFlags f;
   auto* train = bench->add_subcommand(
-      "train", "Forward + backward + AdamW on packed random data: tokens/s and MFU");
+      "train", "Full RL trainer steps (logp_old, loss, backward, AdamW): tokens/s and MFU");
   train->add_option("--model", f.model, "Hugging Face model directory")->required();
-  train->add_option("--seq-len", f.options.seq_len, "tokens per packed row (one step)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  train
-      ->add_option("--micro-batches", f.options.micro_batches,
-                   "rows accumulated into one optimizer step")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  train->add_option("--tokens", f.options.tokens, "tokens to time")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  auto count = [&](const char* name, int64_t& value, const char* help) {
+    train->add_option(name, value, help)
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  };
+  count("--batch", f.options.batch, "rollouts per step");
+  count("--prompt-len", f.options.prompt_len, "prompt tokens per rollout");
+  count("--completion-len", f.options.completion_len,
+        "completion tokens per rollout at most (drawn from [len/2, len])");
+  count("--steps", f.options.steps, "timed steps (after one warm-up step)");
+  count("--optimizer-steps", f.options.optimizer_steps, "optimizer steps per rollout step");
+  count("--micro-batch-tokens", f.options.micro_batch_tokens, "tokens per packed micro-batch");
   train->add_option("--seed", f.options.seed, "data seed")->capture_default_str();
   add_compute_flags(train, f.compute);
   train->callback([] { run_bench_train(f); });

@@ -8,13 +8,14 @@
 
 #include "cli/commands.h"
 #include "cli/env_flags.h"
-#include "cli/task_sampling.h"
+#include "cli/progress.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/logging.h"
 #include "env/pass_at_k.h"
 #include "env/registry.h"
 #include "model/checkpoint.h"
+#include "rl/rollouts.h"
 
 namespace trellis::cli {
 namespace {
@@ -31,7 +32,7 @@ struct SamplingFlags {
 struct Loaded {
   std::unique_ptr<env::Environment> environment;
   std::vector<env::Task> tasks;
-  TaskSamplingOptions options;
+  rl::RolloutOptions options;
 };
 
 // The environment, its tasks (from --tasks, or --n generated ones) and the sampling options.
@@ -51,7 +52,7 @@ Loaded load(const SamplingFlags& f, const char* command) {
       l.tasks = env::generate_tasks(*l.environment, f.n, f.seed, f.env.resolved_difficulty(config));
     }
   }
-  l.options.k = f.k;
+  l.options.group_size = f.k;
   l.options.max_tokens = f.max_tokens;
   l.options.sampling = f.sampling;
   l.options.seed = f.seed;
@@ -60,7 +61,7 @@ Loaded load(const SamplingFlags& f, const char* command) {
   return l;
 }
 
-std::vector<SampledTask> sample(const SamplingFlags& f, const Loaded& l) {
+std::vector<rl::RolloutGroup> sample(const SamplingFlags& f, const Loaded& l) {
   auto compute = setup_compute(f.compute);
   auto transformer = model::load_transformer(f.model, compute);
   const auto prompting = model::Prompting::load(f.model, transformer->config());
@@ -70,11 +71,18 @@ std::vector<SampledTask> sample(const SamplingFlags& f, const Loaded& l) {
   engine::Engine engine(*transformer, options);
   log::info("{}: {} tasks x {} samples from {} on {}", l.environment->name(), l.tasks.size(), f.k,
             f.model, compute.describe());
-  return sample_tasks(engine, prompting, *l.environment, l.tasks, l.options);
+  Progress progress("completions");
+  rl::RolloutOptions rollout = l.options;
+  rollout.on_progress = [&](int64_t done, int64_t total, int64_t tokens) {
+    progress.draw(done, total, tokens);
+  };
+  auto groups = rl::generate_rollouts(engine, prompting, *l.environment, l.tasks, rollout);
+  progress.finish();
+  return groups;
 }
 
-Json sample_json(const Sample& s) {
-  return {{"text", s.text},     {"tokens", s.tokens},           {"finish_reason", s.finish_reason},
+Json sample_json(const rl::Rollout& s) {
+  return {{"text", s.text},     {"tokens", s.tokens()},         {"finish_reason", s.finish},
           {"reward", s.reward}, {"task_reward", s.task_reward}, {"reason", s.reason}};
 }
 
@@ -93,12 +101,12 @@ void run_eval(const SamplingFlags& f) {
     Json row{{"task_id", l.tasks[t].task_id}, {"passed", c}, {"pass@1", p1}, {"pass@k", pk}};
     if (r.length_target > 0) row["length_target"] = r.length_target;
     row["samples"] = Json::array();
-    for (const auto& s : r.samples) {
+    for (const auto& s : r.rollouts) {
       reward += s.reward;
       task_reward += s.task_reward;
-      length += s.tokens;
-      max_length = std::max(max_length, s.tokens);
-      truncated += s.finish_reason == "length";
+      length += s.tokens();
+      max_length = std::max(max_length, s.tokens());
+      truncated += s.finish == "length";
       ++samples;
       row["samples"].push_back(sample_json(s));
     }

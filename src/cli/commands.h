@@ -18,6 +18,8 @@ void add_serve_command(CLI::App& app);
 void add_bench_commands(CLI::App& app);
 void add_env_commands(CLI::App& app);
 void add_eval_commands(CLI::App& app);  // eval and filter
+void add_sft_command(CLI::App& app);
+void add_rl_command(CLI::App& app);
 
 // --device / --dtype / --threads, shared by every command that runs the model.
 struct ComputeFlags {

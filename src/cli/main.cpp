@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   trellis::cli::add_serve_command(app);
   trellis::cli::add_env_commands(app);
   trellis::cli::add_eval_commands(app);
+  trellis::cli::add_sft_command(app);
+  trellis::cli::add_rl_command(app);
   trellis::cli::add_bench_commands(app);
 
   try {

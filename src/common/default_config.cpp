@@ -39,6 +39,50 @@ wall_seconds = 10       # wall-clock time per test run (catches sleeping and blo
 memory_mib = 512        # address space per process
 max_processes = 16      # processes/threads the program may have at once (fork bombs)
 max_output_kib = 1024   # stdout + stderr kept per run; a program that prints more fails
+
+[trainer]               # the optimiser and batching shared by `trellis sft` and `trellis rl`
+lr = 3e-5               # AdamW peak learning rate (RL); [sft] has its own
+warmup_steps = 5        # optimizer steps of linear warm-up from 0 to lr, then constant
+weight_decay = 0.01     # AdamW decoupled weight decay
+beta1 = 0.9             # AdamW first-moment decay
+beta2 = 0.999           # AdamW second-moment decay
+max_grad_norm = 1.0     # global-norm gradient clipping; 0 = off (INTELLECT-2 used 0.1)
+micro_batch_tokens = 4096  # tokens per packed forward/backward (first-fit-decreasing packing)
+optimizer_steps = 1     # optimizer steps per rollout step, each on 1/n of the batch
+checkpoint_every = 10   # steps between checkpoints (and one at the end); 0 = only at the end
+keep_checkpoints = 3    # newest checkpoints kept in <run>/checkpoints; 0 = all
+
+[loss]                  # GRPO-family objective (specs/rl.md §3)
+clip_eps = 0.2          # ε: the ratio is clipped to [1 - ε, 1 + ε]
+clip_delta = 4.0        # δ: two-sided clipping bounds the ratio of negative-advantage tokens; inf = off
+mismatch = "icepop"     # trainer/inference mismatch correction: icepop | tis | none
+icepop_low = 0.5        # IcePop α: tokens with π_old/π_behav below this are masked
+icepop_high = 5.0       # IcePop β: ... and above this
+tis_cap = 2.0           # TIS C: importance weight min(π_old/π_behav, C)
+kl_coef = 0.0           # k3 KL to the frozen initial model (> 0 loads a second copy)
+entropy_coef = 0.0      # entropy bonus weight
+norm = "token"          # token (DAPO) | sequence | constant (batch x rl.max_tokens)
+
+[rl]                    # `trellis rl`: generate, score, filter, train in one process
+steps = 50              # rollout steps (one trainer update each)
+batch_size = 64         # samples per step, all from groups with signal (online filtering)
+group_size = 8          # G: completions per prompt
+async_level = 2         # k: step s trains on rollouts sampled by the policy of step s - k
+max_tokens = 256        # new tokens per completion at most
+temperature = 1.0       # sampling temperature (the trainer scores with the same)
+normalize_std = true    # advantages (R - mean) / (std + 1e-6); false = Dr. GRPO (R - mean)
+max_rounds = 8          # generation rounds per step to fill the batch with groups that have signal
+behaviour_noise = 0.0   # experiments only: Gaussian noise (std) added to behaviour log-probs
+
+[sft]                   # `trellis sft`: supervised warm start on (prompt, completion) pairs
+data = ""               # JSONL of {"prompt", "completion"}; "" = the environment's generated tasks
+steps = 200             # optimizer steps
+batch_size = 32         # examples per optimizer step
+lr = 1e-3               # AdamW peak learning rate
+warmup_steps = 20       # linear warm-up steps
+eval_every = 50         # steps between evaluations on held-out tasks; 0 = only at the end
+eval_tasks = 64         # held-out generated tasks per evaluation (greedy, rl.max_tokens)
+out = ""                # also write the final model here (a Hugging Face directory)
 )toml";
 }
 

@@ -5,7 +5,7 @@
 
 #include "engine/engine.h"
 #include "engine/paged_attention.h"
-#include "model/train_bench.h"
+#include "model/flops.h"
 
 namespace trellis::engine {
 namespace {

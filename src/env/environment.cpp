@@ -38,11 +38,12 @@ Task generated_task(const Environment& env, uint64_t seed, int difficulty) {
   return t;
 }
 
-std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t seed, int difficulty) {
+std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t seed, int difficulty,
+                                 int64_t first) {
   check_difficulty(difficulty, "generate_tasks");
   std::vector<Task> tasks;
   tasks.reserve(n);
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = first; i < first + n; ++i) {
     // Task i's seed: a Philox draw keyed by the run seed, so nearby run seeds give unrelated tasks.
     const auto r = philox4x32({static_cast<uint32_t>(i), static_cast<uint32_t>(i >> 32), 0x7a5c, 0},
                               {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});

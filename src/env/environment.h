@@ -66,9 +66,11 @@ class Environment {
 // solution.
 Task generated_task(const Environment& env, uint64_t seed, int difficulty);
 
-// Tasks 0..n-1 of the environment's generator for a run seed: task i uses a seed derived from
-// (seed, i), so the same (seed, n) gives the same tasks and a larger n extends the list.
-std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t seed, int difficulty);
+// Tasks first..first+n-1 of the environment's generator for a run seed: task i uses a seed
+// derived from (seed, i), so the same (seed, n) gives the same tasks and a larger n extends the
+// list.
+std::vector<Task> generate_tasks(const Environment& env, int64_t n, uint64_t seed, int difficulty,
+                                 int64_t first = 0);
 
 // Error naming `where` unless the task names `env` and passes its validate().
 void check_task(const Environment& env, const Task& task, const std::string& where);

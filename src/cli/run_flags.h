@@ -1,0 +1,28 @@
+// Flags of the commands driven by a configuration (`trellis sft`, `trellis rl`): CONFIG files
+// (positional, composed left to right), --set section.key=value overrides and --run-dir.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/config.h"
+#include "model/compute.h"
+
+namespace trellis::cli {
+
+struct RunFlags {
+  std::vector<std::string> configs, overrides;
+  std::string run_dir;  // "" = run.dir, else runs/<run.name>-<UTC timestamp>/
+
+  // Defaults <- CONFIG files <- --set overrides, with run.dir set to --run-dir when given.
+  Config resolve() const;
+};
+
+void add_run_flags(CLI::App* cmd, RunFlags& flags);
+
+// [compute] of `config`: threads, device and dtype (Error naming the key if unavailable).
+model::Compute setup_compute(const Config& config);
+
+}  // namespace trellis::cli

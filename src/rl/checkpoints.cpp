@@ -1,0 +1,90 @@
+#include "rl/checkpoints.h"
+
+#include <algorithm>
+#include <charconv>
+#include <system_error>
+#include <vector>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "model/checkpoint.h"
+
+namespace trellis::rl {
+namespace fs = std::filesystem;
+namespace {
+
+// The files besides the weights that make a checkpoint a complete model directory.
+constexpr const char* kModelFiles[] = {"tokenizer.json", "tokenizer_config.json",
+                                       "generation_config.json", "special_tokens_map.json"};
+
+std::optional<int64_t> step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind("step_", 0) != 0) return std::nullopt;
+  int64_t step = 0;
+  const char* first = name.data() + 5;
+  const char* last = name.data() + name.size();
+  auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last || first == last) return std::nullopt;
+  return step;
+}
+
+std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return found;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_directory()) continue;
+    if (auto step = step_of(entry.path())) found.emplace_back(*step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+fs::path save_checkpoint(const fs::path& checkpoints_dir, int64_t step,
+                         const model::Transformer& model, const Optimizer& optimizer,
+                         const fs::path& base_model_dir, const Json& progress) {
+  const fs::path final_dir = checkpoints_dir / ("step_" + std::to_string(step));
+  const fs::path tmp = checkpoints_dir / (".step_" + std::to_string(step) + ".tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  model::save_transformer(model, tmp, model::StoreDtype::F32);
+  for (const char* name : kModelFiles) {
+    if (fs::exists(base_model_dir / name)) fs::copy_file(base_model_dir / name, tmp / name);
+  }
+  optimizer.save(tmp / "optimizer.pt");
+  Json p = progress;
+  p["step"] = step;
+  write_file_atomic(tmp / "progress.json", p.dump(1) + "\n");
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  return final_dir;
+}
+
+void prune_checkpoints(const fs::path& checkpoints_dir, int64_t keep) {
+  if (keep <= 0) return;
+  auto found = checkpoints_in(checkpoints_dir);
+  for (size_t i = 0; i + keep < found.size(); ++i) fs::remove_all(found[i].second);
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& checkpoints_dir) {
+  auto found = checkpoints_in(checkpoints_dir);
+  if (found.empty()) return std::nullopt;
+  return found.back().second;
+}
+
+Json load_checkpoint_state(const fs::path& checkpoint, Optimizer& optimizer) {
+  const fs::path progress = checkpoint / "progress.json";
+  if (!fs::exists(progress)) fail(progress.string(), "missing: not a training checkpoint");
+  Json p = read_json_file(progress.string());
+  if (!p.is_object() || !p.contains("step") || !p["step"].is_number_integer()) {
+    fail(progress.string(), "no integer \"step\"");
+  }
+  const fs::path opt = checkpoint / "optimizer.pt";
+  if (!fs::exists(opt)) fail(opt.string(), "missing: the checkpoint has no optimizer state");
+  optimizer.load(opt);
+  return p;
+}
+
+}  // namespace trellis::rl

@@ -1,0 +1,41 @@
+// Checkpoints: training state on disk, one directory per step, so that a run resumes exactly.
+//
+//   <run>/checkpoints/step_<N>/
+//     config.json, model.safetensors (fp32 master weights), tokenizer files, generation_config.json
+//         — a Hugging Face model directory that `trellis generate --model` and `trellis eval` load;
+//     optimizer.pt   — AdamW moments and step counts;
+//     progress.json  — the step and whatever the loop needs to continue (pending rollouts, ...).
+// A checkpoint is written under a temporary name and renamed into place, so a crash never leaves a
+// half-written step_<N>; the newest `keep` are retained.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "common/json.h"
+#include "model/transformer.h"
+#include "rl/optimizer.h"
+
+namespace trellis::rl {
+
+// Writes step_<step> under `checkpoints_dir`; tokenizer and generation files are copied from
+// `base_model_dir`. Returns the checkpoint's directory.
+std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, int64_t step,
+                                      const model::Transformer& model, const Optimizer& optimizer,
+                                      const std::filesystem::path& base_model_dir,
+                                      const Json& progress);
+
+// Removes all but the newest `keep` step_<N> directories (keep <= 0: none removed).
+void prune_checkpoints(const std::filesystem::path& checkpoints_dir, int64_t keep);
+
+// The step_<N> directory with the largest N, if any.
+std::optional<std::filesystem::path> latest_checkpoint(
+    const std::filesystem::path& checkpoints_dir);
+
+// progress.json of a checkpoint; loads optimizer.pt into `optimizer` (the model's weights are
+// loaded with model::load_transformer(checkpoint)). Error naming the file when one is missing or
+// unreadable.
+Json load_checkpoint_state(const std::filesystem::path& checkpoint, Optimizer& optimizer);
+
+}  // namespace trellis::rl

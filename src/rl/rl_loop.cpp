@@ -1,0 +1,346 @@
+#include "rl/rl_loop.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <random>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "common/rng.h"
+#include "engine/engine.h"
+#include "env/registry.h"
+#include "model/checkpoint.h"
+#include "model/flops.h"
+#include "model/prompting.h"
+#include "rl/advantages.h"
+#include "rl/checkpoints.h"
+#include "rl/metrics_log.h"
+#include "rl/rollouts.h"
+#include "rl/task_source.h"
+#include "rl/trainer.h"
+
+namespace trellis::rl {
+namespace fs = std::filesystem;
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A seed for (step, round) of a run: a Philox draw, so nearby steps get unrelated samples.
+uint64_t derived_seed(uint64_t seed, int64_t step, int64_t round, uint32_t purpose) {
+  const auto r = philox4x32({static_cast<uint32_t>(step), static_cast<uint32_t>(step >> 32),
+                             static_cast<uint32_t>(round), purpose},
+                            {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  return (static_cast<uint64_t>(r[0]) << 32) | r[1];
+}
+constexpr uint32_t kRolloutSeeds = 0x501, kTaskSeeds = 0x7a5, kNoiseSeeds = 0x4e0;
+
+// The rollouts for one trainer step and what their generation measured.
+struct Batch {
+  int64_t step = 0;
+  std::vector<Rollout> rollouts;
+  Metrics metrics;
+};
+
+Json rollout_json(const Rollout& r) {
+  return {{"prompt", r.sequence.prompt},
+          {"completion", r.sequence.completion},
+          {"temperature", r.sequence.temperature},
+          {"logprobs", r.logprobs},
+          {"versions", r.versions},
+          {"seed", r.seed},
+          {"finish", r.finish},
+          {"task_reward", r.task_reward},
+          {"reward", r.reward},
+          {"advantage", r.advantage}};
+}
+
+Rollout rollout_from_json(const Json& j) {
+  Rollout r;
+  r.sequence.prompt = j.at("prompt").get<std::vector<int32_t>>();
+  r.sequence.completion = j.at("completion").get<std::vector<int32_t>>();
+  r.sequence.temperature = j.at("temperature").get<double>();
+  r.logprobs = j.at("logprobs").get<std::vector<float>>();
+  r.versions = j.at("versions").get<std::vector<int64_t>>();
+  r.seed = j.at("seed").get<uint64_t>();
+  r.finish = j.at("finish").get<std::string>();
+  r.task_reward = j.at("task_reward").get<double>();
+  r.reward = j.at("reward").get<double>();
+  r.advantage = j.at("advantage").get<double>();
+  return r;
+}
+
+Json batch_json(const Batch& b) {
+  Json rollouts = Json::array(), metrics = Json::array();
+  for (const auto& r : b.rollouts) rollouts.push_back(rollout_json(r));
+  for (const auto& [name, value] : b.metrics.items()) metrics.push_back({name, value});
+  return {{"step", b.step}, {"rollouts", rollouts}, {"metrics", metrics}};
+}
+
+Batch batch_from_json(const Json& j) {
+  Batch b;
+  b.step = j.at("step").get<int64_t>();
+  for (const auto& r : j.at("rollouts")) b.rollouts.push_back(rollout_from_json(r));
+  for (const auto& m : j.at("metrics"))
+    b.metrics.set(m.at(0).get<std::string>(), m.at(1).get<double>());
+  return b;
+}
+
+const std::vector<ConsoleField> kConsole = {
+    {"reward/mean", "reward", "%.3f"},
+    {"seq_len/mean", "len", "%.1f"},
+    {"loss", "loss", "%+.4f"},
+    {"entropy", "entropy", "%.3f"},
+    {"grad_norm", "grad", "%.3f"},
+    {"mismatch/k3", "k3", "%.2e"},
+    {"clip/total_frac", "clipped", "%.1f%%", 100.0},
+    {"staleness/mean", "stale", "%.1f"},
+    {"filter/zero_adv_groups", "no-signal groups", "%.0f"},
+    {"time/wait_for_data", "gen s", "%.1f"},
+    {"time/train", "train s", "%.1f"},
+    {"throughput/mfu", "MFU", "%.1f%%", 100.0},
+};
+
+class RlLoop {
+ public:
+  RlLoop(const Config& config, const fs::path& run_dir, bool resume, const model::Compute& compute)
+      : config_(config), run_dir_(run_dir), cfg_(RlLoopConfig::from_config(config)) {
+    const TrainerConfig trainer_config = TrainerConfig::from_config(config);
+    environment_ = env::make_environment(config);
+    tasks_ = std::make_unique<TaskSource>(*environment_, config,
+                                          derived_seed(cfg_.seed, 0, 0, kTaskSeeds));
+    length_ = env::LengthReward::from_config(config);
+    system_prompt_ = config.get<std::string>("env.system_prompt");
+
+    base_model_ = config.get<std::string>("model.path");
+    if (base_model_.empty())
+      fail("model.path", "no model: set [model] path (a Hugging Face directory)");
+    fs::path weights = base_model_;
+    std::optional<fs::path> checkpoint;
+    if (resume) {
+      checkpoint = latest_checkpoint(run_dir / "checkpoints");
+      if (!checkpoint)
+        fail((run_dir / "checkpoints").string(), "--resume: no checkpoint to resume from");
+      weights = *checkpoint;
+    }
+    model_ = model::load_transformer(weights, compute);
+    prompting_ =
+        std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
+
+    std::unique_ptr<model::Transformer> reference;
+    if (trainer_config.loss.kl_coef > 0) reference = model::load_transformer(base_model_, compute);
+    TrainerConfig tc = trainer_config;
+    tc.vocab_limit = prompting_->tok.vocab_size();
+    model_->set_requires_grad(true);
+    trainer_ = std::make_unique<Trainer>(*model_, tc, std::move(reference),
+                                         model::measure_matmul_flops(compute));
+
+    if (checkpoint) {
+      const Json progress = load_checkpoint_state(*checkpoint, trainer_->optimizer());
+      start_step_ = progress.at("step").get<int64_t>();
+      tasks_->set_cursor(progress.at("task_cursor").get<int64_t>());
+      for (const auto& b : progress.at("pending")) pending_.push_back(batch_from_json(b));
+      log::info("resuming at step {} from {}", start_step_, checkpoint->string());
+    }
+
+    engine::EngineOptions eo;
+    eo.max_num_seqs = cfg_.batch_size;
+    eo.vocab_limit = prompting_->tok.vocab_size();
+    eo.kv_cache_mib = 1024;
+    engine_ = std::make_unique<engine::Engine>(*model_, eo);
+    engine_->update_weights([](model::Transformer&) {}, start_step_);
+
+    log::info("rl: {} on {} ({}), {} steps of {} samples ({} per prompt), async level {}",
+              weights.string(), compute.describe(), tasks_->describe(), cfg_.steps, cfg_.batch_size,
+              cfg_.group_size, cfg_.async_level);
+    log::info("run directory: {}", run_dir.string());
+  }
+
+  void run() {
+    MetricsLog log(run_dir_ / "metrics.jsonl", start_step_);
+    int64_t next_gen = start_step_ + static_cast<int64_t>(pending_.size());
+    // Batches for the first k steps come from the initial policy.
+    while (next_gen < std::min(start_step_ + cfg_.async_level, cfg_.steps)) {
+      pending_.push_back(generate(next_gen++));
+    }
+    for (int64_t s = start_step_; s < cfg_.steps; ++s) {
+      const double t0 = now_s();
+      if (next_gen < cfg_.steps && next_gen <= s + cfg_.async_level) {
+        pending_.push_back(generate(next_gen++));  // sampled by the policy of step s
+      }
+      // What training waited for in this iteration: generation (one process does both).
+      const double waited = now_s() - t0;
+      Batch batch = std::move(pending_.front());
+      pending_.pop_front();
+      Metrics m = batch.metrics;
+      m.set("time/wait_for_data", waited);
+      set_staleness(batch, s, m);
+      if (batch.rollouts.empty()) {
+        log::warn("step {}: no group had signal after {} rounds; no update", s, cfg_.max_rounds);
+      } else {
+        m.append(trainer_->step(batch.rollouts));
+      }
+      m.set("clip/total_frac",
+            m.has("clip/low_frac")
+                ? m.get("clip/low_frac") + m.get("clip/high_frac") + m.get("clip/delta_frac")
+                : 0.0);
+      engine_->update_weights([](model::Transformer&) {}, s + 1);
+      m.set("time/step", now_s() - t0);
+      log.write(s, m);
+      std::printf("%s\n", console_line(s, cfg_.steps, m, kConsole).c_str());
+      std::fflush(stdout);
+      if (s + 1 == cfg_.steps ||
+          (cfg_.checkpoint_every > 0 && (s + 1) % cfg_.checkpoint_every == 0)) {
+        checkpoint(s + 1);
+      }
+    }
+  }
+
+ private:
+  Batch generate(int64_t step) {
+    Batch b;
+    b.step = step;
+    const double t0 = now_s();
+    const int64_t groups_needed = cfg_.batch_size / cfg_.group_size;
+    double reward = 0, task_reward = 0, len = 0, max_len = 0, truncated = 0, samples = 0;
+    int64_t zero_adv = 0, kept_groups = 0, tokens = 0;
+    for (int64_t round = 0; round < cfg_.max_rounds && kept_groups < groups_needed; ++round) {
+      RolloutOptions o;
+      o.group_size = cfg_.group_size;
+      o.max_tokens = cfg_.max_tokens;
+      o.sampling.temperature = cfg_.temperature;
+      o.seed = derived_seed(cfg_.seed, step, round, kRolloutSeeds);
+      o.system_prompt = system_prompt_;
+      o.length = length_;
+      const auto tasks = tasks_->take(groups_needed - kept_groups);
+      auto groups = generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
+      for (auto& g : groups) {
+        std::vector<double> rewards;
+        for (const auto& r : g.rollouts) {
+          rewards.push_back(r.reward);
+          reward += r.reward;
+          task_reward += r.task_reward;
+          len += r.tokens();
+          max_len = std::max<double>(max_len, r.tokens());
+          truncated += r.finish == "length";
+          tokens += r.tokens();
+          samples += 1;
+        }
+        const auto adv = group_advantages(rewards, cfg_.normalize_std);
+        if (!has_signal(adv)) {
+          ++zero_adv;
+          continue;
+        }
+        ++kept_groups;
+        for (size_t i = 0; i < g.rollouts.size(); ++i) {
+          g.rollouts[i].advantage = adv[i];
+          b.rollouts.push_back(std::move(g.rollouts[i]));
+        }
+      }
+    }
+    if (cfg_.behaviour_noise > 0) add_behaviour_noise(b);
+    const double seconds = now_s() - t0;
+    samples = std::max(1.0, samples);
+    b.metrics.set("reward/mean", reward / samples);
+    b.metrics.set("reward/task", task_reward / samples);
+    b.metrics.set("reward/length_penalty", (task_reward - reward) / samples);
+    b.metrics.set("seq_len/mean", len / samples);
+    b.metrics.set("seq_len/max", max_len);
+    b.metrics.set("truncated/frac", truncated / samples);
+    b.metrics.set("filter/zero_adv_groups", static_cast<double>(zero_adv));
+    b.metrics.set("samples", static_cast<double>(b.rollouts.size()));
+    b.metrics.set("throughput/rollout_tok_s", tokens / seconds);
+    return b;
+  }
+
+  // Experiments only: Gaussian noise on the behaviour log-probs, an injected train/inference
+  // mismatch (specs/rl.md §3's rho moves away from 1 while the samples stay on-policy).
+  void add_behaviour_noise(Batch& b) {
+    std::mt19937_64 rng(derived_seed(cfg_.seed, b.step, 0, kNoiseSeeds));
+    std::normal_distribution<double> noise(0.0, cfg_.behaviour_noise);
+    for (auto& r : b.rollouts)
+      for (auto& lp : r.logprobs) lp = static_cast<float>(std::min(0.0, lp + noise(rng)));
+  }
+
+  static void set_staleness(const Batch& b, int64_t step, Metrics& m) {
+    double sum = 0, count = 0, max = 0;
+    for (const auto& r : b.rollouts) {
+      for (int64_t v : r.versions) {
+        sum += static_cast<double>(step - v);
+        max = std::max<double>(max, static_cast<double>(step - v));
+        count += 1;
+      }
+    }
+    m.set("staleness/mean", count > 0 ? sum / count : 0.0);
+    m.set("staleness/max", max);
+  }
+
+  void checkpoint(int64_t next_step) {
+    Json pending = Json::array();
+    for (const auto& b : pending_) pending.push_back(batch_json(b));
+    Json progress{{"task_cursor", tasks_->cursor()}, {"pending", pending}};
+    const fs::path dir = save_checkpoint(run_dir_ / "checkpoints", next_step, *model_,
+                                         trainer_->optimizer(), base_model_, progress);
+    prune_checkpoints(run_dir_ / "checkpoints", cfg_.keep_checkpoints);
+    log::info("checkpoint {}", dir.string());
+  }
+
+  const Config& config_;
+  fs::path run_dir_;
+  RlLoopConfig cfg_;
+  std::unique_ptr<env::Environment> environment_;
+  std::unique_ptr<TaskSource> tasks_;
+  env::LengthReward length_;
+  std::string system_prompt_;
+  fs::path base_model_;
+  std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<model::Prompting> prompting_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::deque<Batch> pending_;
+  int64_t start_step_ = 0;
+};
+
+}  // namespace
+
+RlLoopConfig RlLoopConfig::from_config(const Config& c) {
+  RlLoopConfig r;
+  r.steps = c.get<int64_t>("rl.steps");
+  r.batch_size = c.get<int64_t>("rl.batch_size");
+  r.group_size = c.get<int64_t>("rl.group_size");
+  r.async_level = c.get<int64_t>("rl.async_level");
+  r.max_tokens = c.get<int64_t>("rl.max_tokens");
+  r.temperature = c.get<double>("rl.temperature");
+  r.normalize_std = c.get<bool>("rl.normalize_std");
+  r.max_rounds = c.get<int64_t>("rl.max_rounds");
+  r.behaviour_noise = c.get<double>("rl.behaviour_noise");
+  r.checkpoint_every = c.get<int64_t>("trainer.checkpoint_every");
+  r.keep_checkpoints = c.get<int64_t>("trainer.keep_checkpoints");
+  r.seed = static_cast<uint64_t>(c.get<int64_t>("run.seed"));
+  if (r.steps < 1) fail("rl.steps", "must be >= 1, got {}", r.steps);
+  if (r.group_size < 1) fail("rl.group_size", "must be >= 1, got {}", r.group_size);
+  if (r.batch_size < r.group_size || r.batch_size % r.group_size != 0) {
+    fail("rl.batch_size", "must be a positive multiple of rl.group_size ({}), got {}", r.group_size,
+         r.batch_size);
+  }
+  if (r.async_level < 0) fail("rl.async_level", "must be >= 0, got {}", r.async_level);
+  if (r.max_tokens < 1) fail("rl.max_tokens", "must be >= 1, got {}", r.max_tokens);
+  if (!(r.temperature > 0))
+    fail("rl.temperature", "must be > 0 (RL samples), got {}", r.temperature);
+  if (r.max_rounds < 1) fail("rl.max_rounds", "must be >= 1, got {}", r.max_rounds);
+  if (!(r.behaviour_noise >= 0)) fail("rl.behaviour_noise", "must be >= 0");
+  if (r.checkpoint_every < 0) fail("trainer.checkpoint_every", "must be >= 0");
+  if (r.keep_checkpoints < 0) fail("trainer.keep_checkpoints", "must be >= 0");
+  return r;
+}
+
+void run_rl(const Config& config, const fs::path& run_dir, bool resume,
+            const model::Compute& compute) {
+  RlLoop loop(config, run_dir, resume, compute);
+  loop.run();
+}
+
+}  // namespace trellis::rl

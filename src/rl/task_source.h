@@ -1,0 +1,35 @@
+// Task source: the prompts a training run draws, in a reproducible order that resumes from a
+// cursor. Either a JSONL dataset (`env.tasks`), visited in a fresh seeded shuffle each epoch, or
+// the environment's generator, where the task at cursor i is generated from (seed, i).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/config.h"
+#include "env/environment.h"
+
+namespace trellis::rl {
+
+class TaskSource {
+ public:
+  // From [env] of `config` (tasks, difficulty); `seed` orders the tasks.
+  TaskSource(const env::Environment& environment, const Config& config, uint64_t seed);
+
+  // The next n tasks; advances the cursor.
+  std::vector<env::Task> take(int64_t n);
+  int64_t cursor() const { return cursor_; }
+  void set_cursor(int64_t cursor) { cursor_ = cursor; }
+  // "N tasks from FILE" or "generated tasks (difficulty D)".
+  std::string describe() const;
+
+ private:
+  const env::Environment& environment_;
+  uint64_t seed_;
+  int difficulty_ = 0;
+  std::string path_;
+  std::vector<env::Task> dataset_;  // empty: generated tasks
+  int64_t cursor_ = 0;
+};
+
+}  // namespace trellis::rl
