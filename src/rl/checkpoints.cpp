@@ -15,7 +15,8 @@ namespace {
 
 // The files besides the weights that make a checkpoint a complete model directory.
 constexpr const char* kModelFiles[] = {"tokenizer.json", "tokenizer_config.json",
-                                       "generation_config.json", "special_tokens_map.json"};
+                                       "generation_config.json", "special_tokens_map.json",
+                                       "chat_template.jinja"};
 
 std::optional<int64_t> step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();

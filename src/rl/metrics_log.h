@@ -10,7 +10,7 @@
 
 namespace trellis::rl {
 
-// Ordered name -> value pairs, as they appear in the log.
+// Ordered name -> value pairs, as they appear on the console line (metrics.jsonl sorts its keys).
 class Metrics {
  public:
   void set(const std::string& name, double value);

@@ -2,6 +2,7 @@
 // reverse_text environment's reference solutions (one console line and one metrics.jsonl row per
 // step, evaluations, checkpoints, a final model that `trellis eval` loads), a resumed run ends with
 // exactly the weights of an uninterrupted one, and mistakes in the configuration are named.
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -46,12 +47,19 @@ std::vector<std::string> step_lines(const std::string& output) {
 class SftCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // Training threads that sleep rather than spin while waiting: on a busy 2-core machine (tests
+    // running in parallel) spinning OpenMP threads make each step several times slower.
+    had_wait_policy_ = std::getenv("OMP_WAIT_POLICY") != nullptr;
+    if (!had_wait_policy_) ::setenv("OMP_WAIT_POLICY", "passive", 1);
     dir_ = fresh_dir("sft");
     fs::create_directories(dir_);
     auto r = run_trellis("model init --preset tiny --seed 1 --out " + (dir_ / "model").string());
     ASSERT_EQ(r.status, 0) << r.output;
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static void TearDownTestSuite() {
+    fs::remove_all(dir_);
+    if (!had_wait_policy_) ::unsetenv("OMP_WAIT_POLICY");
+  }
 
   // A short run on reverse_text at difficulty 1 with a learning rate a tiny model learns at.
   static std::string base_args() {
@@ -61,8 +69,10 @@ class SftCli : public ::testing::Test {
            " --set sft.eval_tasks=0";
   }
   static fs::path dir_;
+  static bool had_wait_policy_;
 };
 fs::path SftCli::dir_;
+bool SftCli::had_wait_policy_ = false;
 
 TEST_F(SftCli, TrainsEvaluatesCheckpointsAndWritesTheModel) {
   const fs::path run = dir_ / "run", out = dir_ / "out";
