@@ -11,38 +11,18 @@ out=${1:-runs/mismatch}
 steps=${2:-30}
 bin=build/trellis
 mkdir -p "$out"
-config="$out/base.toml"
-cat > "$config" <<'TOML'
-[run]
-seed = 7
-[compute]
-threads = 2
-[env]
-name = "reverse_text"
-difficulty = 1
-system_prompt = "Reverse the text. Answer inside <answer></answer>."
-[sft]
-steps = 300
-eval_tasks = 0
-[rl]
-max_tokens = 24
-batch_size = 64
-group_size = 8
-async_level = 1
-[trainer]
-lr = 3e-4
-optimizer_steps = 4
-checkpoint_every = 0
-TOML
+# The README's example; 4 optimizer steps per rollout step so that r moves away from 1.
+config=(examples/reverse_text.toml --set compute.threads=2 --set sft.eval_tasks=0
+  --set trainer.optimizer_steps=4 --set trainer.checkpoint_every=0)
 if [ ! -f "$out/warm/config.json" ]; then
   "$bin" model init --preset tiny --seed 1 --out "$out/base" >/dev/null
-  "$bin" sft "$config" --set model.path="$out/base" --set sft.out="$out/warm" --run-dir "$out/sft"
+  "$bin" sft "${config[@]}" --set model.path="$out/base" --set sft.out="$out/warm" --run-dir "$out/sft"
 fi
 run() {  # name, then --set overrides
   local name=$1
   shift
   [ -f "$out/$name/metrics.jsonl" ] && [ "$(wc -l < "$out/$name/metrics.jsonl")" -ge "$steps" ] && return
-  "$bin" rl "$config" --set model.path="$out/warm" --set rl.steps="$steps" "$@" \
+  "$bin" rl "${config[@]}" --set model.path="$out/warm" --set rl.steps="$steps" "$@" \
     --run-dir "$out/$name" > "$out/$name.log" 2>&1
 }
 run clean --set loss.mismatch=icepop

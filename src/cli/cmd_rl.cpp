@@ -2,7 +2,6 @@
 // swap weights, one console line per step; outputs in the run directory.
 #include "cli/commands.h"
 #include "cli/run_flags.h"
-#include "common/error.h"
 #include "common/run_dir.h"
 #include "rl/rl_loop.h"
 
@@ -10,21 +9,14 @@ namespace trellis::cli {
 
 void add_rl_command(CLI::App& app) {
   static RunFlags flags;
-  static bool resume = false;
   auto* cmd = app.add_subcommand(
       "rl", "Train a policy with RL in one process: generate, score, filter, train, repeat");
   add_run_flags(cmd, flags);
-  cmd->add_flag("--resume", resume,
-                "continue from the newest checkpoint in the run directory (needs --run-dir or "
-                "run.dir)");
   cmd->callback([] {
     const Config config = flags.resolve();
-    if (resume && config.get<std::string>("run.dir").empty()) {
-      fail("--resume", "name the run to resume with --run-dir DIR (or run.dir)");
-    }
     const model::Compute compute = setup_compute(config);
     const auto run_dir = make_run_dir(config);
-    rl::run_rl(config, run_dir, resume, compute);
+    rl::run_rl(config, run_dir, flags.resume, compute);
   });
 }
 

@@ -1,5 +1,6 @@
 #include "cli/run_flags.h"
 
+#include "cli/commands.h"
 #include "common/error.h"
 #include "common/logging.h"
 
@@ -7,12 +8,19 @@ namespace trellis::cli {
 
 Config RunFlags::resolve() const {
   std::vector<std::filesystem::path> files(configs.begin(), configs.end());
+  const auto saved = std::filesystem::path(run_dir) / "config.toml";
+  if (resume && files.empty() && !run_dir.empty() && std::filesystem::exists(saved)) {
+    files = {saved};
+  }
   Config config = Config::resolve(files, overrides);
   if (!run_dir.empty()) {
     std::string quoted;  // a TOML basic string
     for (char c : run_dir)
       quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
     config.apply_override("run.dir=\"" + quoted + "\"");
+  }
+  if (resume && config.get<std::string>("run.dir").empty()) {
+    fail("--resume", "name the run to resume with --run-dir DIR (or run.dir)");
   }
   return config;
 }
@@ -23,15 +31,18 @@ void add_run_flags(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("--set", flags.overrides, "override one key: section.key=value (repeatable)");
   cmd->add_option("--run-dir", flags.run_dir,
                   "run directory (default: runs/<run.name>-<UTC timestamp>/)");
+  cmd->add_flag("--resume", flags.resume,
+                "continue the run in --run-dir from its newest checkpoint (CONFIG defaults to its "
+                "config.toml)");
 }
 
 model::Compute setup_compute(const Config& config) {
-  const int64_t threads = config.get<int64_t>("compute.threads");
-  if (threads < 0) fail("compute.threads", "must be >= 0 (0 = every core)");
-  model::init_compute_runtime(static_cast<int>(threads));
+  ComputeFlags flags;
+  flags.device = config.get<std::string>("compute.device");
+  flags.dtype = config.get<std::string>("compute.dtype");
+  flags.threads = static_cast<int>(config.get_at_least<int64_t>("compute.threads", 0));
   try {
-    return model::resolve_compute(config.get<std::string>("compute.device"),
-                                  config.get<std::string>("compute.dtype"));
+    return setup_compute(flags);
   } catch (const Error& e) {
     throw Error(e.what(), "[compute]");
   }

@@ -1,5 +1,6 @@
 // Flags of the commands driven by a configuration (`trellis sft`, `trellis rl`): CONFIG files
-// (positional, composed left to right), --set section.key=value overrides and --run-dir.
+// (positional, composed left to right), --set section.key=value overrides, --run-dir and
+// --resume.
 #pragma once
 
 #include <string>
@@ -15,8 +16,11 @@ namespace trellis::cli {
 struct RunFlags {
   std::vector<std::string> configs, overrides;
   std::string run_dir;  // "" = run.dir, else runs/<run.name>-<UTC timestamp>/
+  bool resume = false;  // continue the run directory's newest checkpoint
 
-  // Defaults <- CONFIG files <- --set overrides, with run.dir set to --run-dir when given.
+  // Defaults <- CONFIG files <- --set overrides, with run.dir set to --run-dir when given. With
+  // --resume and no CONFIG, the run directory's saved config.toml is the CONFIG; Error unless
+  // --resume names a run directory.
   Config resolve() const;
 };
 

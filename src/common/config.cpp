@@ -122,6 +122,11 @@ const toml::node& Config::node(std::string_view key) const {
   return *n;
 }
 
+void Config::throw_below(std::string_view key, const std::string& lo,
+                         const std::string& value) const {
+  throw Error(fmt::format("must be >= {}, got {}", lo, value), std::string(key));
+}
+
 void Config::throw_wrong_type(std::string_view key) const {
   throw Error(fmt::format("config key '{}' holds {}, not the type asked for", key,
                           type_name(node(key).type())));

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
 
 namespace trellis {
@@ -37,6 +38,14 @@ class Config {
     return *v;
   }
 
+  // get<T>(key), with an Error naming the key unless the value is at least `lo`.
+  template <typename T>
+  T get_at_least(std::string_view key, T lo) const {
+    const T v = get<T>(key);
+    if (!(v >= lo)) throw_below(key, fmt::format("{}", lo), fmt::format("{}", v));
+    return v;
+  }
+
   // The array at a dotted key, each element converted to T (as get()). Error naming the key and
   // the element's index when one holds another type.
   template <typename T>
@@ -59,6 +68,8 @@ class Config {
  private:
   const toml::node& node(std::string_view key) const;
   [[noreturn]] void throw_wrong_type(std::string_view key) const;
+  [[noreturn]] void throw_below(std::string_view key, const std::string& lo,
+                                const std::string& value) const;
   [[noreturn]] void throw_wrong_element(std::string_view key, size_t index) const;
   void merge_table(const toml::table& src, const std::string& prefix, const std::string& where);
 

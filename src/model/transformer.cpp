@@ -206,9 +206,10 @@ torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& cos,
   return x;
 }
 
-ForwardOutput Transformer::finish(const torch::Tensor& x, ForwardOptions options) {
+ForwardOutput Transformer::finish(const torch::Tensor& x, const ForwardOptions& options) {
   ForwardOutput out;
-  auto h = rms_norm(x, final_norm_);
+  auto h = rms_norm(options.rows.defined() ? x.index_select(0, options.rows.to(x.device())) : x,
+                    final_norm_);
   if (options.hidden) out.hidden = h;
   if (options.logits) out.logits = linear(h, w(lm_head_)).to(torch::kFloat32);
   return out;
@@ -278,8 +279,7 @@ ForwardOutput Transformer::forward_step(const torch::Tensor& tokens, KVCache& ca
 
 ForwardOutput Transformer::forward_tokens(const torch::Tensor& tokens,
                                           const torch::Tensor& positions,
-                                          const AttentionFn& attention, const torch::Tensor& rows,
-                                          ForwardOptions options) {
+                                          const AttentionFn& attention, ForwardOptions options) {
   if (tokens.dim() != 1 || positions.sizes() != tokens.sizes() || tokens.numel() == 0) {
     throw Error("forward_tokens: tokens and positions must be non-empty [T]");
   }
@@ -287,7 +287,7 @@ ForwardOutput Transformer::forward_tokens(const torch::Tensor& tokens,
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
   auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
   auto x = run_layers(F::embedding(tok, w(embed_)), cos, sin, attention);
-  return finish(rows.defined() ? x.index_select(0, rows.to(compute_.device)) : x, options);
+  return finish(x, options);
 }
 
 }  // namespace trellis::model

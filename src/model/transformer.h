@@ -35,6 +35,10 @@ namespace trellis::model {
 struct ForwardOptions {
   bool logits = true;   // compute the LM head (fp32 logits)
   bool hidden = false;  // return the final normed hidden states (compute dtype)
+  // int64 indices into the leading dimension of the last layer's output: only these rows reach
+  // the final norm and the LM head, so outputs are [rows, ...]. Undefined = all rows. (With a
+  // large vocabulary, scoring only completion rows saves most of the LM head's time and memory.)
+  torch::Tensor rows;
 };
 
 struct ForwardOutput {
@@ -93,11 +97,9 @@ class Transformer {
   ForwardOutput forward_step(const torch::Tensor& tokens, KVCache& cache,
                              ForwardOptions options = {});
 
-  // (c) tokens, positions: int64 [T]. Only `rows` (int64 indices into T; undefined = all) reach
-  // the final norm and the LM head, so outputs are [rows, ...].
+  // (c) tokens, positions: int64 [T].
   ForwardOutput forward_tokens(const torch::Tensor& tokens, const torch::Tensor& positions,
-                               const AttentionFn& attention, const torch::Tensor& rows = {},
-                               ForwardOptions options = {});
+                               const AttentionFn& attention, ForwardOptions options = {});
 
  private:
   struct Layer {
@@ -125,7 +127,7 @@ class Transformer {
   torch::Tensor mlp(const Layer& layer, const torch::Tensor& x);
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                            const AttentionFn& attention);
-  ForwardOutput finish(const torch::Tensor& x, ForwardOptions options);
+  ForwardOutput finish(const torch::Tensor& x, const ForwardOptions& options);
   void check_positions(int64_t max_position) const;
 
   HfConfig config_;

@@ -13,10 +13,15 @@ namespace trellis::rl {
 namespace fs = std::filesystem;
 namespace {
 
-// The files besides the weights that make a checkpoint a complete model directory.
-constexpr const char* kModelFiles[] = {"tokenizer.json", "tokenizer_config.json",
-                                       "generation_config.json", "special_tokens_map.json",
-                                       "chat_template.jinja"};
+// The files besides config.json and the weights that make a model directory complete.
+constexpr const char* kModelFiles[] = {"tokenizer.json",
+                                       "tokenizer_config.json",
+                                       "generation_config.json",
+                                       "special_tokens_map.json",
+                                       "chat_template.jinja",
+                                       "vocab.json",
+                                       "merges.txt",
+                                       "added_tokens.json"};
 
 std::optional<int64_t> step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
@@ -43,24 +48,41 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
 
 }  // namespace
 
-fs::path save_checkpoint(const fs::path& checkpoints_dir, int64_t step,
-                         const model::Transformer& model, const Optimizer& optimizer,
-                         const fs::path& base_model_dir, const Json& progress) {
-  const fs::path final_dir = checkpoints_dir / ("step_" + std::to_string(step));
-  const fs::path tmp = checkpoints_dir / (".step_" + std::to_string(step) + ".tmp");
+void write_model_dir(const model::Transformer& model, const fs::path& base_model_dir, fs::path out,
+                     const std::function<void(const fs::path& dir)>& also) {
+  out = out.lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // "dir/"
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  const std::string name = out.filename().string();
+  const fs::path tmp = parent / ("." + name + ".tmp"), old = parent / ("." + name + ".old");
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   model::save_transformer(model, tmp, model::StoreDtype::F32);
-  for (const char* name : kModelFiles) {
-    if (fs::exists(base_model_dir / name)) fs::copy_file(base_model_dir / name, tmp / name);
+  for (const char* file : kModelFiles) {
+    if (fs::exists(base_model_dir / file)) fs::copy_file(base_model_dir / file, tmp / file);
   }
-  optimizer.save(tmp / "optimizer.pt");
-  Json p = progress;
-  p["step"] = step;
-  write_file_atomic(tmp / "progress.json", p.dump(1) + "\n");
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  return final_dir;
+  if (also) also(tmp);
+  if (fs::exists(out)) {
+    fs::remove_all(old);
+    fs::rename(out, old);
+    fs::rename(tmp, out);
+    fs::remove_all(old);
+  } else {
+    fs::rename(tmp, out);
+  }
+}
+
+fs::path save_checkpoint(const fs::path& checkpoints_dir, int64_t step,
+                         const model::Transformer& model, const Optimizer& optimizer,
+                         const fs::path& base_model_dir, const Json& progress) {
+  const fs::path dir = checkpoints_dir / ("step_" + std::to_string(step));
+  write_model_dir(model, base_model_dir, dir, [&](const fs::path& tmp) {
+    optimizer.save(tmp / "optimizer.pt");
+    Json p = progress;
+    p["step"] = step;
+    write_file_atomic(tmp / "progress.json", p.dump(1) + "\n");
+  });
+  return dir;
 }
 
 void prune_checkpoints(const fs::path& checkpoints_dir, int64_t keep) {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include "common/json.h"
@@ -19,8 +20,17 @@
 
 namespace trellis::rl {
 
-// Writes step_<step> under `checkpoints_dir`; tokenizer and generation files are copied from
-// `base_model_dir`. Returns the checkpoint's directory.
+// `model` as a complete Hugging Face directory at `out`: fp32 weights, config.json, and the
+// tokenizer, chat-template and generation files copied from `base_model_dir`; `also` may add files.
+// Everything is written under a temporary name beside `out` and renamed into place, so `out` is
+// always either the old directory or the whole new one.
+void write_model_dir(const model::Transformer& model, const std::filesystem::path& base_model_dir,
+                     std::filesystem::path out,
+                     const std::function<void(const std::filesystem::path& dir)>& also = {});
+
+// Writes step_<step> under `checkpoints_dir` (write_model_dir plus optimizer.pt and progress.json);
+// tokenizer and generation files are copied from `base_model_dir`. Returns the checkpoint's
+// directory.
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, int64_t step,
                                       const model::Transformer& model, const Optimizer& optimizer,
                                       const std::filesystem::path& base_model_dir,

@@ -10,14 +10,12 @@ namespace trellis::rl {
 OptimizerConfig OptimizerConfig::from_config(const Config& config, const std::string& section) {
   OptimizerConfig c;
   c.lr = config.get<double>(section + ".lr");
-  c.warmup_steps = config.get<int64_t>(section + ".warmup_steps");
-  c.weight_decay = config.get<double>("trainer.weight_decay");
+  c.warmup_steps = config.get_at_least<int64_t>(section + ".warmup_steps", 0);
+  c.weight_decay = config.get_at_least<double>("trainer.weight_decay", 0.0);
   c.beta1 = config.get<double>("trainer.beta1");
   c.beta2 = config.get<double>("trainer.beta2");
   c.max_grad_norm = config.get<double>("trainer.max_grad_norm");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) fail(section + ".lr", "must be positive, got {}", c.lr);
-  if (c.warmup_steps < 0) fail(section + ".warmup_steps", "must be >= 0");
-  if (!(c.weight_decay >= 0)) fail("trainer.weight_decay", "must be >= 0");
   if (!(c.beta1 >= 0 && c.beta1 < 1)) fail("trainer.beta1", "must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) fail("trainer.beta2", "must be in [0, 1)");
   return c;

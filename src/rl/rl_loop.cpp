@@ -107,7 +107,7 @@ const std::vector<ConsoleField> kConsole = {
 class RlLoop {
  public:
   RlLoop(const Config& config, const fs::path& run_dir, bool resume, const model::Compute& compute)
-      : config_(config), run_dir_(run_dir), cfg_(RlLoopConfig::from_config(config)) {
+      : run_dir_(run_dir), cfg_(RlLoopConfig::from_config(config)) {
     const TrainerConfig trainer_config = TrainerConfig::from_config(config);
     environment_ = env::make_environment(config);
     tasks_ = std::make_unique<TaskSource>(*environment_, config,
@@ -288,7 +288,6 @@ class RlLoop {
     log::info("checkpoint {}", dir.string());
   }
 
-  const Config& config_;
   fs::path run_dir_;
   RlLoopConfig cfg_;
   std::unique_ptr<env::Environment> environment_;
@@ -308,32 +307,25 @@ class RlLoop {
 
 RlLoopConfig RlLoopConfig::from_config(const Config& c) {
   RlLoopConfig r;
-  r.steps = c.get<int64_t>("rl.steps");
+  r.steps = c.get_at_least<int64_t>("rl.steps", 1);
+  r.group_size = c.get_at_least<int64_t>("rl.group_size", 1);
   r.batch_size = c.get<int64_t>("rl.batch_size");
-  r.group_size = c.get<int64_t>("rl.group_size");
-  r.async_level = c.get<int64_t>("rl.async_level");
-  r.max_tokens = c.get<int64_t>("rl.max_tokens");
-  r.temperature = c.get<double>("rl.temperature");
-  r.normalize_std = c.get<bool>("rl.normalize_std");
-  r.max_rounds = c.get<int64_t>("rl.max_rounds");
-  r.behaviour_noise = c.get<double>("rl.behaviour_noise");
-  r.checkpoint_every = c.get<int64_t>("trainer.checkpoint_every");
-  r.keep_checkpoints = c.get<int64_t>("trainer.keep_checkpoints");
-  r.seed = static_cast<uint64_t>(c.get<int64_t>("run.seed"));
-  if (r.steps < 1) fail("rl.steps", "must be >= 1, got {}", r.steps);
-  if (r.group_size < 1) fail("rl.group_size", "must be >= 1, got {}", r.group_size);
   if (r.batch_size < r.group_size || r.batch_size % r.group_size != 0) {
     fail("rl.batch_size", "must be a positive multiple of rl.group_size ({}), got {}", r.group_size,
          r.batch_size);
   }
-  if (r.async_level < 0) fail("rl.async_level", "must be >= 0, got {}", r.async_level);
-  if (r.max_tokens < 1) fail("rl.max_tokens", "must be >= 1, got {}", r.max_tokens);
-  if (!(r.temperature > 0))
+  r.async_level = c.get_at_least<int64_t>("rl.async_level", 0);
+  r.max_tokens = c.get_at_least<int64_t>("rl.max_tokens", 1);
+  r.temperature = c.get<double>("rl.temperature");
+  if (!(r.temperature > 0)) {
     fail("rl.temperature", "must be > 0 (RL samples), got {}", r.temperature);
-  if (r.max_rounds < 1) fail("rl.max_rounds", "must be >= 1, got {}", r.max_rounds);
-  if (!(r.behaviour_noise >= 0)) fail("rl.behaviour_noise", "must be >= 0");
-  if (r.checkpoint_every < 0) fail("trainer.checkpoint_every", "must be >= 0");
-  if (r.keep_checkpoints < 0) fail("trainer.keep_checkpoints", "must be >= 0");
+  }
+  r.normalize_std = c.get<bool>("rl.normalize_std");
+  r.max_rounds = c.get_at_least<int64_t>("rl.max_rounds", 1);
+  r.behaviour_noise = c.get_at_least<double>("rl.behaviour_noise", 0.0);
+  r.checkpoint_every = c.get_at_least<int64_t>("trainer.checkpoint_every", 0);
+  r.keep_checkpoints = c.get_at_least<int64_t>("trainer.keep_checkpoints", 0);
+  r.seed = static_cast<uint64_t>(c.get<int64_t>("run.seed"));
   return r;
 }
 

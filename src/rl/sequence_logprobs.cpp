@@ -43,11 +43,11 @@ PackedSequences pack_sequences(const std::vector<const Sequence*>& sequences) {
 TokenLogprobs sequence_logprobs(model::Transformer& model, const PackedSequences& packed,
                                 int64_t vocab_limit, bool with_entropy) {
   const auto device = model.compute().device;
-  auto logits =
-      model.forward_packed(packed.tokens.to(device), packed.positions.to(device),
-                           packed.seq_lens)
-          .logits;  // [T, vocab] fp32
-  logits = logits.index_select(0, packed.rows.to(device));
+  // Only the rows that score completion tokens reach the LM head: [N, vocab] fp32.
+  auto logits = model
+                    .forward_packed(packed.tokens.to(device), packed.positions.to(device),
+                                    packed.seq_lens, {.rows = packed.rows})
+                    .logits;
   if (vocab_limit > 0 && vocab_limit < logits.size(1)) logits = logits.narrow(1, 0, vocab_limit);
   const auto scaled = logits * packed.inv_temperature.to(device);
   const auto logsm = torch::log_softmax(scaled, 1);

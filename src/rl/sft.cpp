@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <numeric>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/json.h"
 #include "common/logging.h"
-#include "common/rng.h"
 #include "common/run_dir.h"
 #include "engine/engine.h"
 #include "engine/paged_attention.h"
@@ -27,16 +25,6 @@ namespace {
 
 // Held-out evaluation tasks are generated from the run seed xor this, never from the run seed.
 constexpr uint64_t kEvalSeedSalt = 0x6576616c2d736674ull;  // "eval-sft"
-
-// The files besides config.json and the weights that make a model directory complete.
-constexpr const char* kModelFiles[] = {"tokenizer.json",
-                                       "tokenizer_config.json",
-                                       "generation_config.json",
-                                       "special_tokens_map.json",
-                                       "chat_template.jinja",
-                                       "vocab.json",
-                                       "merges.txt",
-                                       "added_tokens.json"};
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -74,28 +62,14 @@ struct Settings {
     s.model_path = c.get<std::string>("model.path");
     if (s.model_path.empty()) fail("model.path", "set the base model directory");
     s.out = c.get<std::string>("sft.out");
-    s.steps = c.get<int64_t>("sft.steps");
-    if (s.steps < 1) fail("sft.steps", "must be >= 1, got {}", s.steps);
-    s.batch_size = c.get<int64_t>("sft.batch_size");
-    if (s.batch_size < 1) fail("sft.batch_size", "must be >= 1, got {}", s.batch_size);
-    s.eval_every = c.get<int64_t>("sft.eval_every");
-    if (s.eval_every < 0) fail("sft.eval_every", "must be >= 0, got {}", s.eval_every);
-    s.eval_tasks = c.get<int64_t>("sft.eval_tasks");
-    if (s.eval_tasks < 0) fail("sft.eval_tasks", "must be >= 0, got {}", s.eval_tasks);
-    s.max_tokens = c.get<int64_t>("rl.max_tokens");
-    if (s.max_tokens < 1) fail("rl.max_tokens", "must be >= 1, got {}", s.max_tokens);
-    s.micro_batch_tokens = c.get<int64_t>("trainer.micro_batch_tokens");
-    if (s.micro_batch_tokens < 1) {
-      fail("trainer.micro_batch_tokens", "must be >= 1, got {}", s.micro_batch_tokens);
-    }
-    s.checkpoint_every = c.get<int64_t>("trainer.checkpoint_every");
-    if (s.checkpoint_every < 0) {
-      fail("trainer.checkpoint_every", "must be >= 0, got {}", s.checkpoint_every);
-    }
-    s.keep_checkpoints = c.get<int64_t>("trainer.keep_checkpoints");
-    if (s.keep_checkpoints < 0) {
-      fail("trainer.keep_checkpoints", "must be >= 0, got {}", s.keep_checkpoints);
-    }
+    s.steps = c.get_at_least<int64_t>("sft.steps", 1);
+    s.batch_size = c.get_at_least<int64_t>("sft.batch_size", 1);
+    s.eval_every = c.get_at_least<int64_t>("sft.eval_every", 0);
+    s.eval_tasks = c.get_at_least<int64_t>("sft.eval_tasks", 0);
+    s.max_tokens = c.get_at_least<int64_t>("rl.max_tokens", 1);
+    s.micro_batch_tokens = c.get_at_least<int64_t>("trainer.micro_batch_tokens", 1);
+    s.checkpoint_every = c.get_at_least<int64_t>("trainer.checkpoint_every", 0);
+    s.keep_checkpoints = c.get_at_least<int64_t>("trainer.keep_checkpoints", 0);
     s.difficulty = static_cast<int>(c.get<int64_t>("env.difficulty"));
     env::check_difficulty(s.difficulty, "env.difficulty");
     s.seed = static_cast<uint64_t>(c.get<int64_t>("run.seed"));
@@ -103,32 +77,6 @@ struct Settings {
     return s;
   }
 };
-
-// The model as a complete Hugging Face directory at `out`: written beside it under a temporary
-// name, then renamed into place, so `out` is always either the old directory or the whole new one.
-void write_model_dir(const model::Transformer& model, const fs::path& base, fs::path out) {
-  out = out.lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();  // "dir/"
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  fs::create_directories(parent);
-  const std::string name = out.filename().string();
-  const fs::path tmp = parent / ("." + name + ".tmp");
-  const fs::path old = parent / ("." + name + ".old");
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  model::save_transformer(model, tmp, model::StoreDtype::F32);
-  for (const char* file : kModelFiles) {
-    if (fs::exists(base / file)) fs::copy_file(base / file, tmp / file);
-  }
-  if (fs::exists(out)) {
-    fs::remove_all(old);
-    fs::rename(out, old);
-    fs::rename(tmp, out);
-    fs::remove_all(old);
-  } else {
-    fs::rename(tmp, out);
-  }
-}
 
 }  // namespace
 
@@ -178,11 +126,12 @@ std::vector<SftExample> load_sft_examples(const fs::path& path, const model::Pro
 
 SftData::SftData(const Config& config, const model::Prompting& prompting,
                  const env::Environment& environment, uint64_t seed)
-    : prompting_(prompting), environment_(environment), seed_(seed) {
+    : prompting_(prompting), environment_(environment) {
   system_prompt_ = config.get<std::string>("env.system_prompt");
   path_ = config.get<std::string>("sft.data");
   if (!path_.empty()) {
     examples_ = load_sft_examples(path_, prompting);
+    order_.emplace(examples_.size(), seed);
     return;
   }
   tasks_ = std::make_unique<TaskSource>(environment, config, seed);
@@ -213,19 +162,7 @@ std::vector<SftExample> SftData::batch(int64_t step, int64_t n) {
     }
     return out;
   }
-  // Epoch e visits the file in the order of a shuffle seeded by (seed, e).
-  const int64_t size = static_cast<int64_t>(examples_.size());
-  std::vector<size_t> order(examples_.size());
-  int64_t epoch = -1;
-  for (int64_t i = step * n; i < (step + 1) * n; ++i) {
-    if (i / size != epoch) {
-      epoch = i / size;
-      std::iota(order.begin(), order.end(), 0);
-      RandomStream rng(seed_, static_cast<uint32_t>(epoch));
-      rng.shuffle(order.begin(), order.end());
-    }
-    out.push_back(examples_[order[i % size]]);
-  }
+  for (int64_t i = step * n; i < (step + 1) * n; ++i) out.push_back(examples_[order_->at(i)]);
   return out;
 }
 

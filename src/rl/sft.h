@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@
 #include "model/compute.h"
 #include "model/prompting.h"
 #include "model/transformer.h"
+#include "rl/epoch_order.h"
 #include "rl/metrics_log.h"
 #include "rl/sequence_logprobs.h"
 #include "rl/task_source.h"
@@ -79,10 +81,10 @@ class SftData {
  private:
   const model::Prompting& prompting_;
   const env::Environment& environment_;
-  uint64_t seed_;
   std::string system_prompt_;
   std::string path_;
   std::vector<SftExample> examples_;  // from sft.data; empty: from tasks_
+  std::optional<EpochOrder> order_;   // of examples_
   std::unique_ptr<TaskSource> tasks_;
 };
 

@@ -1,9 +1,6 @@
 #include "rl/task_source.h"
 
-#include <numeric>
-
 #include "common/error.h"
-#include "common/rng.h"
 
 namespace trellis::rl {
 
@@ -14,6 +11,7 @@ TaskSource::TaskSource(const env::Environment& environment, const Config& config
   if (!path_.empty()) {
     dataset_ = env::load_tasks_for(environment, path_);
     if (dataset_.empty()) fail(path_, "the dataset has no tasks (env.tasks)");
+    order_.emplace(dataset_.size(), seed);
   } else {
     env::check_difficulty(difficulty_, "env.difficulty");
   }
@@ -25,20 +23,8 @@ std::vector<env::Task> TaskSource::take(int64_t n) {
     cursor_ += n;
     return tasks;
   }
-  // Epoch e visits the dataset in the order of a shuffle seeded by (seed, e).
-  const int64_t size = static_cast<int64_t>(dataset_.size());
   std::vector<env::Task> tasks;
-  int64_t epoch = -1;
-  std::vector<size_t> order(dataset_.size());
-  for (int64_t i = 0; i < n; ++i, ++cursor_) {
-    if (cursor_ / size != epoch) {
-      epoch = cursor_ / size;
-      std::iota(order.begin(), order.end(), 0);
-      RandomStream rng(seed_, static_cast<uint32_t>(epoch));
-      rng.shuffle(order.begin(), order.end());
-    }
-    tasks.push_back(dataset_[order[cursor_ % size]]);
-  }
+  for (int64_t i = 0; i < n; ++i) tasks.push_back(dataset_[order_->at(cursor_++)]);
   return tasks;
 }
 

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "common/config.h"
 #include "env/environment.h"
+#include "rl/epoch_order.h"
 
 namespace trellis::rl {
 
@@ -28,7 +30,8 @@ class TaskSource {
   uint64_t seed_;
   int difficulty_ = 0;
   std::string path_;
-  std::vector<env::Task> dataset_;  // empty: generated tasks
+  std::vector<env::Task> dataset_;   // empty: generated tasks
+  std::optional<EpochOrder> order_;  // of dataset_
   int64_t cursor_ = 0;
 };
 

@@ -23,12 +23,6 @@ std::vector<int64_t> input_lengths(const std::vector<Rollout>& batch, size_t lo,
   return lengths;
 }
 
-torch::Tensor floats(const std::vector<float>& v) {
-  return torch::from_blob(const_cast<float*>(v.data()), {static_cast<int64_t>(v.size())},
-                          torch::kFloat32)
-      .clone();
-}
-
 }  // namespace
 
 TrainerConfig TrainerConfig::from_config(const Config& c) {
@@ -44,12 +38,9 @@ TrainerConfig TrainerConfig::from_config(const Config& c) {
   t.loss.norm = parse_norm(c.get<std::string>("loss.norm"), "loss.norm");
   validate(t.loss);
   t.optimizer = OptimizerConfig::from_config(c, "trainer");
-  t.optimizer_steps = c.get<int64_t>("trainer.optimizer_steps");
-  if (t.optimizer_steps < 1) fail("trainer.optimizer_steps", "must be >= 1");
-  t.micro_batch_tokens = c.get<int64_t>("trainer.micro_batch_tokens");
-  if (t.micro_batch_tokens < 1) fail("trainer.micro_batch_tokens", "must be >= 1");
-  t.max_completion_tokens = c.get<int64_t>("rl.max_tokens");
-  if (t.max_completion_tokens < 1) fail("rl.max_tokens", "must be >= 1");
+  t.optimizer_steps = c.get_at_least<int64_t>("trainer.optimizer_steps", 1);
+  t.micro_batch_tokens = c.get_at_least<int64_t>("trainer.micro_batch_tokens", 1);
+  t.max_completion_tokens = c.get_at_least<int64_t>("rl.max_tokens", 1);
   return t;
 }
 
@@ -69,23 +60,20 @@ Trainer::Trainer(model::Transformer& policy, TrainerConfig config,
 Trainer::~Trainer() = default;
 
 std::vector<torch::Tensor> Trainer::score(model::Transformer& model,
-                                          const std::vector<Rollout>& batch,
-                                          std::vector<torch::Tensor>* entropy) {
+                                          const std::vector<Rollout>& batch) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> out(batch.size());
-  if (entropy) entropy->assign(batch.size(), {});
   const auto bins =
       pack_first_fit_decreasing(input_lengths(batch, 0, batch.size()), config_.micro_batch_tokens);
   for (const auto& bin : bins) {
     std::vector<const Sequence*> seqs;
     for (size_t i : bin) seqs.push_back(&batch[i].sequence);
-    const auto lp =
-        sequence_logprobs(model, pack_sequences(seqs), config_.vocab_limit, entropy != nullptr);
+    const auto logp =
+        sequence_logprobs(model, pack_sequences(seqs), config_.vocab_limit, false).logp;
     int64_t offset = 0;
     for (size_t i : bin) {
       const int64_t n = batch[i].tokens();
-      out[i] = lp.logp.narrow(0, offset, n).cpu();
-      if (entropy) (*entropy)[i] = lp.entropy.narrow(0, offset, n).cpu();
+      out[i] = logp.narrow(0, offset, n).cpu();
       offset += n;
     }
   }
@@ -129,7 +117,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
       tokens += len;
       sum_sq += static_cast<double>(len) * len;
     }
-    const auto weights = floats(tw.weights), mean_weights = floats(tw.mean_weights);
+    const auto weights = torch::tensor(tw.weights), mean_weights = torch::tensor(tw.mean_weights);
     double step_loss = 0;
     for (const auto& bin : pack_first_fit_decreasing(lengths, config_.micro_batch_tokens)) {
       std::vector<const Sequence*> seqs;
@@ -139,7 +127,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
         const int64_t len = r.tokens();
         seqs.push_back(&r.sequence);
         old.push_back(logp_old[lo + j]);
-        behav.push_back(floats(r.logprobs));
+        behav.push_back(torch::tensor(r.logprobs));
         adv.push_back(torch::full({len}, r.advantage, torch::kFloat32));
         w.push_back(weights.narrow(0, weight_offset[j], len));
         m.push_back(mean_weights.narrow(0, weight_offset[j], len));

@@ -53,8 +53,7 @@ class Trainer {
 
  private:
   // Per-rollout log-probs of the completion tokens under `model`, without grad.
-  std::vector<torch::Tensor> score(model::Transformer& model, const std::vector<Rollout>& batch,
-                                   std::vector<torch::Tensor>* entropy = nullptr);
+  std::vector<torch::Tensor> score(model::Transformer& model, const std::vector<Rollout>& batch);
 
   model::Transformer& policy_;
   TrainerConfig config_;

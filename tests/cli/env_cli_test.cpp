@@ -19,20 +19,6 @@ const std::vector<std::string> kEnvironments = {"math",       "code",         "c
                                                 "arithmetic", "reverse_text", "sort",
                                                 "sudoku",     "maze",         "knights_knaves"};
 
-std::vector<Json> read_jsonl(const fs::path& path) {
-  std::vector<Json> rows;
-  std::istringstream in(read_file(path));
-  for (std::string line; std::getline(in, line);) rows.push_back(parse_json(line, path.string()));
-  return rows;
-}
-
-// A shell-quoted argument.
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 class EnvCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -16,46 +16,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<Json> read_jsonl(const fs::path& path) {
-  std::vector<Json> rows;
-  std::istringstream in(read_file(path));
-  for (std::string line; std::getline(in, line);) rows.push_back(parse_json(line, path.string()));
-  return rows;
-}
-
-int count_step_lines(const std::string& output) {
-  int n = 0;
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);) n += line.rfind("step ", 0) == 0;
-  return n;
-}
-
 class RlCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = fresh_dir("rl");
     fs::create_directories(dir_);
-    write_file_atomic(dir_ / "rl.toml", R"toml(
-[run]
-seed = 7
-[compute]
-threads = 2
-[env]
-name = "reverse_text"
-difficulty = 1
-system_prompt = "Reverse the text. Answer inside <answer></answer>."
-[sft]
-steps = 100
-eval_tasks = 0
-[rl]
-max_tokens = 32
-batch_size = 64
-group_size = 8
-async_level = 1
-[trainer]
-lr = 3e-4
-checkpoint_every = 0
-)toml");
   }
   // The warm start: a tiny model trained by `trellis sft` on reverse_text (made once, and only by
   // the test that needs it, since each test runs in a process of its own).
@@ -68,7 +33,12 @@ checkpoint_every = 0
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  static std::string config() { return (dir_ / "rl.toml").string(); }
+  // The README's example, with a shorter warm start and checkpoints only at the end.
+  static std::string config() {
+    return std::string(TRELLIS_SOURCE_DIR) +
+           "/examples/reverse_text.toml --set sft.steps=100 --set sft.eval_tasks=0"
+           " --set compute.threads=2 --set trainer.checkpoint_every=0";
+  }
   static fs::path warm() { return dir_ / "warm"; }
   static std::string rl(const std::string& run, const std::string& extra) {
     return "rl " + config() + " --set model.path=" + warm().string() + " --run-dir " +
@@ -84,7 +54,7 @@ TEST_F(RlCli, WarmStartedRunLogsEveryStepAndResumesExactly) {
   const int steps = 6;
   auto r = run_trellis(rl("learn", "--set rl.steps=" + std::to_string(steps)));
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(count_step_lines(r.output), steps) << r.output;
+  EXPECT_EQ(step_lines(r.output).size(), static_cast<size_t>(steps)) << r.output;
   EXPECT_CONTAINS(r.output, "step 0/6 | reward ");
 
   const auto rows = read_jsonl(dir_ / "learn" / "metrics.jsonl");
@@ -141,7 +111,7 @@ TEST_F(RlCli, WarmStartedRunLogsEveryStepAndResumesExactly) {
                      "--set trainer.checkpoint_every=2 --set rl.steps=4 --resume"));
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "resuming at step 2");
-  EXPECT_EQ(count_step_lines(r.output), 2) << r.output;
+  EXPECT_EQ(step_lines(r.output).size(), 2u) << r.output;
 
   const auto a = read_jsonl(dir_ / "straight" / "metrics.jsonl");
   const auto b = read_jsonl(dir_ / "resumed" / "metrics.jsonl");

@@ -6,7 +6,12 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <vector>
+
+#include "common/files.h"
+#include "common/json.h"
 
 // Fails (and shows the whole output) unless `haystack` contains `needle`.
 #define EXPECT_CONTAINS(haystack, needle)                                                       \
@@ -39,6 +44,30 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
              ("trellis_cli_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   return dir;
+}
+
+// Every line of a JSONL file (metrics.jsonl, results), parsed.
+inline std::vector<Json> read_jsonl(const std::filesystem::path& path) {
+  std::vector<Json> rows;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) rows.push_back(parse_json(line, path.string()));
+  return rows;
+}
+
+// A shell-quoted argument.
+inline std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The console lines of `output` that report a training step ("step 3/8 | ...").
+inline std::vector<std::string> step_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("step ", 0) == 0) lines.push_back(line);
+  return lines;
 }
 
 }  // namespace trellis::test

@@ -17,31 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<Json> read_jsonl(const fs::path& path) {
-  std::vector<Json> rows;
-  std::istringstream in(read_file(path));
-  for (std::string line; std::getline(in, line);) rows.push_back(parse_json(line, path.string()));
-  return rows;
-}
-
-// A shell-quoted argument.
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 // --set key="value" for a string key.
 std::string set_string(const std::string& key, const std::string& value) {
   return "--set " + quoted(key + "=\"" + value + "\"");
-}
-
-std::vector<std::string> step_lines(const std::string& output) {
-  std::vector<std::string> lines;
-  std::istringstream in(output);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("step ", 0) == 0) lines.push_back(line);
-  return lines;
 }
 
 class SftCli : public ::testing::Test {
