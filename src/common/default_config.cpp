@@ -46,6 +46,7 @@ warmup_steps = 5        # optimizer steps of linear warm-up from 0 to lr, then c
 weight_decay = 0.01     # AdamW decoupled weight decay
 beta1 = 0.9             # AdamW first-moment decay
 beta2 = 0.999           # AdamW second-moment decay
+eps = 1e-8              # AdamW denominator epsilon
 max_grad_norm = 1.0     # global-norm gradient clipping; 0 = off (INTELLECT-2 used 0.1)
 micro_batch_tokens = 4096  # tokens per packed forward/backward (first-fit-decreasing packing)
 optimizer_steps = 1     # optimizer steps per rollout step, each on 1/n of the batch
@@ -71,8 +72,10 @@ async_level = 2         # k: step s trains on rollouts sampled by the policy of 
 max_tokens = 256        # new tokens per completion at most
 temperature = 1.0       # sampling temperature (the trainer scores with the same)
 normalize_std = true    # advantages (R - mean) / (std + 1e-6); false = Dr. GRPO (R - mean)
+zero_truncated = true   # completions cut at max_tokens score 0, so the policy keeps ending answers
 max_rounds = 8          # generation rounds per step to fill the batch with groups that have signal
-behaviour_noise = 0.0   # experiments only: Gaussian noise (std) added to behaviour log-probs
+behaviour_temperature = 0.0  # experiments only: the engine samples at this temperature while the
+                            # trainer scores at `temperature` (a real mismatch); 0 = the same
 
 [sft]                   # `trellis sft`: supervised warm start on (prompt, completion) pairs
 data = ""               # JSONL of {"prompt", "completion"}; "" = the environment's generated tasks

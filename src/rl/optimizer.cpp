@@ -14,10 +14,12 @@ OptimizerConfig OptimizerConfig::from_config(const Config& config, const std::st
   c.weight_decay = config.get_at_least<double>("trainer.weight_decay", 0.0);
   c.beta1 = config.get<double>("trainer.beta1");
   c.beta2 = config.get<double>("trainer.beta2");
+  c.eps = config.get<double>("trainer.eps");
   c.max_grad_norm = config.get<double>("trainer.max_grad_norm");
   if (!(c.lr > 0) || !std::isfinite(c.lr)) fail(section + ".lr", "must be positive, got {}", c.lr);
   if (!(c.beta1 >= 0 && c.beta1 < 1)) fail("trainer.beta1", "must be in [0, 1)");
   if (!(c.beta2 >= 0 && c.beta2 < 1)) fail("trainer.beta2", "must be in [0, 1)");
+  if (!(c.eps > 0) || !std::isfinite(c.eps)) fail("trainer.eps", "must be positive, got {}", c.eps);
   return c;
 }
 

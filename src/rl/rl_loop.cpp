@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
-#include <random>
+#include <numeric>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -36,7 +36,7 @@ uint64_t derived_seed(uint64_t seed, int64_t step, int64_t round, uint32_t purpo
                             {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   return (static_cast<uint64_t>(r[0]) << 32) | r[1];
 }
-constexpr uint32_t kRolloutSeeds = 0x501, kTaskSeeds = 0x7a5, kNoiseSeeds = 0x4e0;
+constexpr uint32_t kRolloutSeeds = 0x501, kTaskSeeds = 0x7a5;
 
 // The rollouts for one trainer step and what their generation measured.
 struct Batch {
@@ -91,6 +91,7 @@ Batch batch_from_json(const Json& j) {
 
 const std::vector<ConsoleField> kConsole = {
     {"reward/mean", "reward", "%.3f"},
+    {"reward/recent", "10-step mean", "%.3f"},
     {"seq_len/mean", "len", "%.1f"},
     {"loss", "loss", "%+.4f"},
     {"entropy", "entropy", "%.3f"},
@@ -190,6 +191,11 @@ class RlLoop {
       engine_->update_weights([](model::Transformer&) {}, s + 1);
       m.set("time/step", now_s() - t0);
       log.write(s, m);
+      // The console also shows the mean reward of the last 10 steps: single steps are noisy.
+      recent_rewards_.push_back(m.get("reward/mean"));
+      if (recent_rewards_.size() > 10) recent_rewards_.pop_front();
+      m.set("reward/recent", std::accumulate(recent_rewards_.begin(), recent_rewards_.end(), 0.0) /
+                                 static_cast<double>(recent_rewards_.size()));
       std::printf("%s\n", console_line(s, cfg_.steps, m, kConsole).c_str());
       std::fflush(stdout);
       if (s + 1 == cfg_.steps ||
@@ -211,15 +217,20 @@ class RlLoop {
       RolloutOptions o;
       o.group_size = cfg_.group_size;
       o.max_tokens = cfg_.max_tokens;
-      o.sampling.temperature = cfg_.temperature;
+      o.sampling.temperature =
+          cfg_.behaviour_temperature > 0 ? cfg_.behaviour_temperature : cfg_.temperature;
       o.seed = derived_seed(cfg_.seed, step, round, kRolloutSeeds);
       o.system_prompt = system_prompt_;
       o.length = length_;
+      o.zero_truncated = cfg_.zero_truncated;
       const auto tasks = tasks_->take(groups_needed - kept_groups);
       auto groups = generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
       for (auto& g : groups) {
         std::vector<double> rewards;
-        for (const auto& r : g.rollouts) {
+        for (auto& r : g.rollouts) {
+          // With rl.behaviour_temperature the trainer still scores at rl.temperature: the
+          // behaviour log-probs come from another distribution, a real train/inference mismatch.
+          r.sequence.temperature = cfg_.temperature;
           rewards.push_back(r.reward);
           reward += r.reward;
           task_reward += r.task_reward;
@@ -241,7 +252,6 @@ class RlLoop {
         }
       }
     }
-    if (cfg_.behaviour_noise > 0) add_behaviour_noise(b);
     const double seconds = now_s() - t0;
     samples = std::max(1.0, samples);
     b.metrics.set("reward/mean", reward / samples);
@@ -254,15 +264,6 @@ class RlLoop {
     b.metrics.set("samples", static_cast<double>(b.rollouts.size()));
     b.metrics.set("throughput/rollout_tok_s", tokens / seconds);
     return b;
-  }
-
-  // Experiments only: Gaussian noise on the behaviour log-probs, an injected train/inference
-  // mismatch (specs/rl.md §3's rho moves away from 1 while the samples stay on-policy).
-  void add_behaviour_noise(Batch& b) {
-    std::mt19937_64 rng(derived_seed(cfg_.seed, b.step, 0, kNoiseSeeds));
-    std::normal_distribution<double> noise(0.0, cfg_.behaviour_noise);
-    for (auto& r : b.rollouts)
-      for (auto& lp : r.logprobs) lp = static_cast<float>(std::min(0.0, lp + noise(rng)));
   }
 
   static void set_staleness(const Batch& b, int64_t step, Metrics& m) {
@@ -300,6 +301,7 @@ class RlLoop {
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<engine::Engine> engine_;
   std::deque<Batch> pending_;
+  std::deque<double> recent_rewards_;  // reward/mean of the last 10 steps, for the console
   int64_t start_step_ = 0;
 };
 
@@ -321,8 +323,9 @@ RlLoopConfig RlLoopConfig::from_config(const Config& c) {
     fail("rl.temperature", "must be > 0 (RL samples), got {}", r.temperature);
   }
   r.normalize_std = c.get<bool>("rl.normalize_std");
+  r.zero_truncated = c.get<bool>("rl.zero_truncated");
   r.max_rounds = c.get_at_least<int64_t>("rl.max_rounds", 1);
-  r.behaviour_noise = c.get_at_least<double>("rl.behaviour_noise", 0.0);
+  r.behaviour_temperature = c.get_at_least<double>("rl.behaviour_temperature", 0.0);
   r.checkpoint_every = c.get_at_least<int64_t>("trainer.checkpoint_every", 0);
   r.keep_checkpoints = c.get_at_least<int64_t>("trainer.keep_checkpoints", 0);
   r.seed = static_cast<uint64_t>(c.get<int64_t>("run.seed"));

@@ -29,9 +29,10 @@ struct RlLoopConfig {
   int64_t max_tokens = 256;
   double temperature = 1.0;
   bool normalize_std = true;
-  int64_t max_rounds = 8;         // generation rounds per step to fill the batch
-  double behaviour_noise = 0;     // std of Gaussian noise on behaviour log-probs (experiments)
-  int64_t checkpoint_every = 10;  // 0 = only at the end
+  bool zero_truncated = true;        // completions cut at max_tokens score 0 (RolloutOptions)
+  int64_t max_rounds = 8;            // generation rounds per step to fill the batch
+  double behaviour_temperature = 0;  // experiments: the engine samples at this (0 = temperature)
+  int64_t checkpoint_every = 10;     // 0 = only at the end
   int64_t keep_checkpoints = 3;
   uint64_t seed = 0;
 

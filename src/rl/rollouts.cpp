@@ -24,6 +24,12 @@ std::vector<int32_t> encode_prompt(const model::Prompting& p,
   return p.encode(text + "\n\n");
 }
 
+double training_reward(const RolloutOptions& options, double task_reward, int64_t length_target,
+                       const std::string& finish, int64_t tokens) {
+  if (options.zero_truncated && finish == "length") return 0.0;
+  return options.length.apply(task_reward, length_target, tokens);
+}
+
 std::vector<RolloutGroup> generate_rollouts(engine::Engine& engine,
                                             const model::Prompting& prompting,
                                             const env::Environment& environment,
@@ -70,8 +76,9 @@ std::vector<RolloutGroup> generate_rollouts(engine::Engine& engine,
                                   const auto score = environment.score(tasks[t], ro.text);
                                   ro.task_reward = score.reward;
                                   ro.reason = score.reason;
-                                  ro.reward = options.length.apply(
-                                      score.reward, groups[t].length_target, ro.tokens());
+                                  ro.reward = training_reward(options, score.reward,
+                                                              groups[t].length_target, ro.finish,
+                                                              ro.tokens());
                                 });
                               }});
   }

@@ -50,9 +50,18 @@ struct RolloutOptions {
   uint64_t seed = 0;
   std::string system_prompt;  // "" = the environment's own
   env::LengthReward length;   // off unless targets are set
+  // A completion cut at max_tokens gets reward 0 (task_reward keeps the environment's score): an
+  // answer that never ended is not an answer, and without this the policy drifts to not stopping.
+  bool zero_truncated = false;
   // Called after each engine step: (completions scored, completions in all, tokens generated).
   std::function<void(int64_t done, int64_t total, int64_t tokens)> on_progress;
 };
+
+// The reward RL trains on for a completion of `tokens` tokens that ended with `finish` ("stop",
+// "length", "abort"): the environment's task reward with the length reward applied, or 0 when
+// options.zero_truncated and the completion was cut at max_tokens.
+double training_reward(const RolloutOptions& options, double task_reward, int64_t length_target,
+                       const std::string& finish, int64_t tokens);
 
 // The prompt of a task as token ids (chat template when the model has one).
 std::vector<int32_t> encode_prompt(const model::Prompting& prompting,

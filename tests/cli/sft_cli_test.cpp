@@ -25,32 +25,24 @@ std::string set_string(const std::string& key, const std::string& value) {
 class SftCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    // Training threads that sleep rather than spin while waiting: on a busy 2-core machine (tests
-    // running in parallel) spinning OpenMP threads make each step several times slower.
-    had_wait_policy_ = std::getenv("OMP_WAIT_POLICY") != nullptr;
-    if (!had_wait_policy_) ::setenv("OMP_WAIT_POLICY", "passive", 1);
     dir_ = fresh_dir("sft");
     fs::create_directories(dir_);
     auto r = run_trellis("model init --preset tiny --seed 1 --out " + (dir_ / "model").string());
     ASSERT_EQ(r.status, 0) << r.output;
   }
-  static void TearDownTestSuite() {
-    fs::remove_all(dir_);
-    if (!had_wait_policy_) ::unsetenv("OMP_WAIT_POLICY");
-  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
 
-  // A short run on reverse_text at difficulty 1 with a learning rate a tiny model learns at.
+  // A short run on reverse_text at difficulty 1 with a learning rate a tiny model learns at, on one
+  // thread (tests run two at a time on 2 cores; see rl_cli_test.cpp).
   static std::string base_args() {
     return "sft " + set_string("model.path", (dir_ / "model").string()) +
-           " --set env.name='\"reverse_text\"' --set env.difficulty=1 --set compute.threads=2" +
+           " --set env.name='\"reverse_text\"' --set env.difficulty=1 --set compute.threads=1" +
            " --set sft.batch_size=8 --set sft.lr=3e-3 --set sft.warmup_steps=2" +
            " --set sft.eval_tasks=0";
   }
   static fs::path dir_;
-  static bool had_wait_policy_;
 };
 fs::path SftCli::dir_;
-bool SftCli::had_wait_policy_ = false;
 
 TEST_F(SftCli, TrainsEvaluatesCheckpointsAndWritesTheModel) {
   const fs::path run = dir_ / "run", out = dir_ / "out";
