@@ -36,17 +36,30 @@ for t in 1.3; do
   run "T${t}-icepop-plain" --set rl.behaviour_temperature=$t --set loss.mismatch=icepop \
     --set loss.clip_delta=inf
 done
+# Each final policy (and the warm start) on a fixed set at temperature 1, the trainer's policy:
+# the rewards above are of the behaviour samples, which the hotter sampler lowers.
+for d in "$out"/warm "$out"/*/checkpoints/step_"$steps"; do
+  result=$(dirname "$(dirname "$d")")/eval.txt
+  [ "$d" = "$out/warm" ] && result=$out/warm-eval.txt
+  [ -f "$result" ] || "$bin" eval --model "$d" --config examples/reverse_text.toml --n 100 --k 8 \
+    --max-tokens 32 --seed 991 --threads "${THREADS:-2}" > "$result" 2>&1
+done
 python3 - "$out" "$steps" <<'PY'
 import json, sys, pathlib
 out, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2])
 def mean(rows, key): return sum(r.get(key) or 0 for r in rows) / max(1, len(rows))
-print("| run | reward first 10 | reward last 10 | reward by step (every 10) | mismatch/k3 | masked low/high | clip low/high/δ | grad norm |")
-print("|---|---|---|---|---|---|---|---|")
+def eval_reward(path):
+    for line in open(path):
+        if line.startswith("reward "): return line.split()[1]
+    return "?"
+print(f"warm start, evaluation set at temperature 1: reward {eval_reward(out / 'warm-eval.txt')}")
+print("| run | reward first 10 | reward last 10 | reward by step (every 10) | mismatch/k3 | masked low/high | clip low/high/δ | grad norm | eval set, T = 1 |")
+print("|---|---|---|---|---|---|---|---|---|")
 for d in sorted(p for p in out.iterdir() if (p / "metrics.jsonl").exists() and p.name != "sft"):
     rows = [json.loads(l) for l in open(d / "metrics.jsonl")]
     curve = " ".join(f"{mean(rows[i:i+10], 'reward/task'):.2f}" for i in range(0, len(rows), 10))
     print(f"| {d.name} | {mean(rows[:10], 'reward/task'):.3f} | {mean(rows[-10:], 'reward/task'):.3f} | {curve} "
           f"| {mean(rows, 'mismatch/k3'):.3f} | {mean(rows, 'mismatch/masked_low_frac'):.3f} / {mean(rows, 'mismatch/masked_high_frac'):.3f} "
           f"| {mean(rows, 'clip/low_frac'):.3f} / {mean(rows, 'clip/high_frac'):.3f} / {mean(rows, 'clip/delta_frac'):.4f} "
-          f"| {mean(rows, 'grad_norm'):.2f} |")
+          f"| {mean(rows, 'grad_norm'):.2f} | {eval_reward(d / 'eval.txt')} |")
 PY
