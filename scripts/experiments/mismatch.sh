@@ -39,6 +39,7 @@ done
 # Each final policy (and the warm start) on a fixed set at temperature 1, the trainer's policy:
 # the rewards above are of the behaviour samples, which the hotter sampler lowers.
 for d in "$out"/warm "$out"/*/checkpoints/step_"$steps"; do
+  [ -d "$d" ] || continue
   result=$(dirname "$(dirname "$d")")/eval.txt
   [ "$d" = "$out/warm" ] && result=$out/warm-eval.txt
   [ -f "$result" ] || "$bin" eval --model "$d" --config examples/reverse_text.toml --n 100 --k 8 \
