@@ -303,6 +303,7 @@ TEST(Cli, ConfigShowResolvesFilesAndOverrides) {
   EXPECT_EQ(bad.status, 1);
   EXPECT_CONTAINS(bad.output, "'run.seed' must be an integer");
   EXPECT_CONTAINS(bad.output, "bad.toml");
+  fs::remove_all(dir);
 }
 
 }  // namespace
