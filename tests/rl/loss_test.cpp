@@ -42,6 +42,19 @@ struct Ref {
   double in_band = 0, mismatch_k3 = 0, entropy = 0, kl = 0;
 };
 
+// Counts exactly; sums to a relative 1e-5.
+void expect_same_stats(const LossStats& got, const LossStats& want) {
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.clip_low, want.clip_low);
+  EXPECT_EQ(got.clip_high, want.clip_high);
+  EXPECT_EQ(got.clip_delta, want.clip_delta);
+  EXPECT_EQ(got.masked_low, want.masked_low);
+  EXPECT_EQ(got.masked_high, want.masked_high);
+  EXPECT_NEAR(got.mismatch_k3, want.mismatch_k3, 1e-5 * want.mismatch_k3);
+  EXPECT_NEAR(got.entropy, want.entropy, 1e-5 * want.entropy);
+  EXPECT_NEAR(got.kl, want.kl, 1e-5 * want.kl);
+}
+
 Ref reference(const LossConfig& c, const Case& x, const std::vector<float>& w,
               const std::vector<float>& m) {
   const size_t n = x.logp.size();
@@ -209,7 +222,6 @@ TEST(LossTest, MatchesNaiveReferenceForEveryOptionCombination) {
               const auto tw = token_weights(norm, x.lengths, x.max_len);
               const Ref ref = reference(c, x, tw.weights, tw.mean_weights);
               const LossRun run = run_loss(c, x, tw.weights, tw.mean_weights);
-              const auto& s = run.result.stats;
               SCOPED_TRACE(label + fmt::format(" rep={}", rep));
 
               const double loss = run.result.loss.item<double>();
@@ -229,15 +241,11 @@ TEST(LossTest, MatchesNaiveReferenceForEveryOptionCombination) {
                               1e-6 * std::abs(ref.grad_entropy[t]));
               }
 
-              EXPECT_EQ(s.tokens, static_cast<double>(x.logp.size()));
-              EXPECT_EQ(s.clip_low, ref.clip_low);
-              EXPECT_EQ(s.clip_high, ref.clip_high);
-              EXPECT_EQ(s.clip_delta, ref.clip_delta);
-              EXPECT_EQ(s.masked_low, ref.masked_low);
-              EXPECT_EQ(s.masked_high, ref.masked_high);
-              EXPECT_NEAR(s.mismatch_k3, ref.mismatch_k3, 1e-5 * ref.mismatch_k3);
-              EXPECT_NEAR(s.entropy, ref.entropy, 1e-5 * ref.entropy);
-              EXPECT_NEAR(s.kl, ref.kl, 1e-5 * ref.kl);  // 0 when KL is off
+              // (kl is 0 when KL is off.)
+              expect_same_stats(
+                  run.result.stats,
+                  {static_cast<double>(x.logp.size()), ref.clip_low, ref.clip_high, ref.clip_delta,
+                   ref.masked_low, ref.masked_high, ref.mismatch_k3, ref.entropy, ref.kl});
               total.clip_low += ref.clip_low;
               total.clip_high += ref.clip_high;
               total.clip_delta += ref.clip_delta;
@@ -501,16 +509,7 @@ TEST(LossTest, MicroBatchesSumToTheWholeBatch) {
       EXPECT_TRUE(torch::allclose(ge, whole.entropy.grad(), 1e-6, 1e-9));
       LossStats sum = first.result.stats;
       sum += second.result.stats;
-      const auto& s = whole.result.stats;
-      EXPECT_EQ(sum.tokens, s.tokens);
-      EXPECT_EQ(sum.clip_low, s.clip_low);
-      EXPECT_EQ(sum.clip_high, s.clip_high);
-      EXPECT_EQ(sum.clip_delta, s.clip_delta);
-      EXPECT_EQ(sum.masked_low, s.masked_low);
-      EXPECT_EQ(sum.masked_high, s.masked_high);
-      EXPECT_NEAR(sum.mismatch_k3, s.mismatch_k3, 1e-5 * s.mismatch_k3);
-      EXPECT_NEAR(sum.entropy, s.entropy, 1e-5 * s.entropy);
-      EXPECT_NEAR(sum.kl, s.kl, 1e-5 * s.kl);
+      expect_same_stats(sum, whole.result.stats);
     }
   }
 }
