@@ -10,6 +10,7 @@ std::string_view default_config_toml() {
 name = "trellis"        # run name; the run directory is runs/<name>-<UTC timestamp>/
 dir = ""                # explicit run directory (overrides the default above)
 seed = 0                # master seed for initialisation and sampling
+workers = 2             # `trellis run`: inference workers to start
 
 [compute]
 device = "cpu"          # cpu | cuda
@@ -76,6 +77,23 @@ zero_truncated = true   # completions cut at max_tokens score 0, so the policy k
 max_rounds = 8          # generation rounds per step to fill the batch with groups that have signal
 behaviour_temperature = 0.0  # experiments only: the engine samples at this temperature while the
                             # trainer scores at `temperature` (a real mismatch); 0 = the same
+
+[orchestrator]          # `trellis orchestrator`: step counter, uploads, submissions (specs/protocol.md)
+host = "127.0.0.1"      # address to listen on
+port = 8400             # 0 = any free port (written to <data_dir>/orchestrator.url once listening)
+url = ""                # where the trainer and workers reach it; "" = http://<host>:<port>
+data_dir = ""           # orchestrator.sqlite and rollouts/; "" = the run directory
+url_ttl_s = 600         # lifetime of a signed upload URL, seconds
+max_upload_mib = 256    # larger uploads are refused
+trainer_token = ""      # bearer token the trainer sends to publish versions; "" = none
+
+[infer]                 # `trellis infer`: an untrusted inference worker
+key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key
+name = "worker"         # this worker's name in logs and its key file
+checkpoint_dir = ""     # where the trainer publishes policy versions; "" = <run dir>/checkpoints
+groups_per_submission = 4  # prompt groups (of rl.group_size completions) per uploaded file
+dataset_size = 1000000  # with generated tasks: prompts are drawn from task indices [0, this)
+poll_s = 0.5            # seconds between polls of the step counter while waiting
 
 [sft]                   # `trellis sft`: supervised warm start on (prompt, completion) pairs
 data = ""               # JSONL of {"prompt", "completion"}; "" = the environment's generated tasks
