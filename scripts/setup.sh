@@ -11,6 +11,10 @@ PACKAGES=(
   libpcre2-dev libicu-dev                     # tokenizer regexes (Unicode classes), NFC
   libcpp-httplib-dev                          # the OpenAI-compatible server and HTTP tests
   libginac-dev                                # math answers: symbolic equivalence
+  libsodium-dev                               # SHA-256, HMAC, Ed25519 identities and signatures
+  libthrift-dev libzstd-dev                   # Parquet rollout files: footer metadata, pages
+  libsqlite3-dev                              # the orchestrator's state
+  clang libclang-rt-14-dev                    # libFuzzer for the rollout-file reader's fuzz target
   bubblewrap python3                          # the code environment's sandbox and interpreter
   libgtest-dev
 )

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   trellis::cli::add_eval_commands(app);
   trellis::cli::add_sft_command(app);
   trellis::cli::add_rl_command(app);
+  trellis::cli::add_rollouts_commands(app);
+  trellis::cli::add_orchestrator_command(app);
+  trellis::cli::add_report_command(app);
   trellis::cli::add_bench_commands(app);
 
   try {

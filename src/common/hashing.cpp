@@ -1,0 +1,58 @@
+#include "common/hashing.h"
+
+#include <sodium.h>
+
+#include "common/error.h"
+
+namespace trellis {
+
+Sha256 sha256(std::string_view bytes) {
+  Sha256 out;
+  crypto_hash_sha256(out.data(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                     bytes.size());
+  return out;
+}
+
+std::string sha256_hex(std::string_view bytes) {
+  const Sha256 h = sha256(bytes);
+  return to_hex({reinterpret_cast<const char*>(h.data()), h.size()});
+}
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
+  // HMAC-SHA-256 with a key of any length (libsodium's streaming API hashes long keys first).
+  crypto_auth_hmacsha256_state state;
+  unsigned char out[crypto_auth_hmacsha256_BYTES];
+  crypto_auth_hmacsha256_init(&state, reinterpret_cast<const unsigned char*>(key.data()),
+                              key.size());
+  crypto_auth_hmacsha256_update(&state, reinterpret_cast<const unsigned char*>(message.data()),
+                                message.size());
+  crypto_auth_hmacsha256_final(&state, out);
+  return to_hex({reinterpret_cast<const char*>(out), sizeof out});
+}
+
+std::string to_hex(std::string_view bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(digits[c >> 4]);
+    out.push_back(digits[c & 15]);
+  }
+  return out;
+}
+
+std::string from_hex(std::string_view hex, const std::string& where) {
+  if (hex.size() % 2 != 0) fail(where, "hex string has an odd number of digits ({})", hex.size());
+  const auto digit = [&](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    fail(where, "'{}' is not a hex digit", c);
+  };
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<char>(digit(hex[2 * i]) * 16 + digit(hex[2 * i + 1]));
+  return out;
+}
+
+}  // namespace trellis

@@ -1,0 +1,142 @@
+#include "orchestrator/client.h"
+
+#include <httplib.h>
+
+#include "common/error.h"
+#include "common/hashing.h"
+#include "common/json.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+// The server's reason from a JSON {"error": ...} body, else the body itself.
+std::string reason(const httplib::Result& res) {
+  if (!res) return httplib::to_string(res.error());
+  try {
+    return Json::parse(res->body).at("error").get<std::string>();
+  } catch (...) {
+    return fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 200));
+  }
+}
+
+}  // namespace
+
+Client::Client(std::string base_url, std::string token, double timeout_s)
+    : base_url_(std::move(base_url)), token_(std::move(token)), timeout_s_(timeout_s) {
+  while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
+}
+
+Client::~Client() = default;
+
+namespace {
+
+httplib::Client connect(const std::string& base_url, const std::string& token, double timeout_s) {
+  httplib::Client c(base_url);
+  const auto t = std::chrono::duration<double>(timeout_s);
+  c.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  c.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  if (!token.empty()) c.set_bearer_token_auth(token);
+  return c;
+}
+
+Json get_json(const std::string& base, const std::string& token, double timeout_s,
+              const std::string& path) {
+  auto c = connect(base, token, timeout_s);
+  auto res = c.Get(path);
+  if (!res || res->status != 200) fail(base + path, "request failed: {}", reason(res));
+  try {
+    return Json::parse(res->body);
+  } catch (const std::exception& e) {
+    fail(base + path, "the orchestrator's answer is not JSON: {}", e.what());
+  }
+}
+
+}  // namespace
+
+Status Client::status() {
+  const Json j = get_json(base_url_, token_, timeout_s_, "/status");
+  Status s;
+  try {
+    s.run_id = j.at("run_id").get<std::string>();
+    s.step = j.at("step").get<int64_t>();
+    s.policy_version = j.at("policy_version").get<int64_t>();
+    s.steps = j.at("steps").get<int64_t>();
+    s.async_level = j.at("async_level").get<int64_t>();
+    s.batch_size = j.at("batch_size").get<int64_t>();
+    s.group_size = j.at("group_size").get<int64_t>();
+    s.pending = j.at("pending").get<int64_t>();
+    s.accepted = j.at("accepted").get<int64_t>();
+    s.rejected = j.at("rejected").get<int64_t>();
+    s.rollout_tokens_per_s = j.at("rollout_tokens_per_s").get<double>();
+    s.done = j.at("done").get<bool>();
+  } catch (const Json::exception& e) {
+    fail(base_url_ + "/status", "unexpected answer: {}", e.what());
+  }
+  return s;
+}
+
+std::string Client::submit(const std::string& node_address, int64_t step, int64_t submission,
+                           std::string_view file_bytes) {
+  const std::string where = fmt::format("{}/submissions (step {}, submission {})", base_url_,
+                                        step, submission);
+  auto c = connect(base_url_, token_, timeout_s_);
+  const Json request{{"node_address", node_address},
+                     {"step", step},
+                     {"submission", submission},
+                     {"sha256", sha256_hex(file_bytes)},
+                     {"size", file_bytes.size()}};
+  auto res = c.Post("/submissions", request.dump(), "application/json");
+  if (!res || res->status != 200) fail(where, "upload refused: {}", reason(res));
+  std::string url;
+  try {
+    url = Json::parse(res->body).at("upload_url").get<std::string>();
+  } catch (const std::exception& e) {
+    fail(where, "no upload_url in the answer: {}", e.what());
+  }
+  auto put = c.Put(url, file_bytes.data(), file_bytes.size(), "application/vnd.apache.parquet");
+  if (!put || put->status != 200) fail(where, "upload rejected: {}", reason(put));
+  try {
+    return Json::parse(put->body).at("status").get<std::string>();
+  } catch (const std::exception& e) {
+    fail(where, "no status in the upload's answer: {}", e.what());
+  }
+}
+
+std::vector<AcceptedFile> Client::accepted(int64_t step) {
+  const std::string path = fmt::format("/steps/{}/accepted", step);
+  const Json j = get_json(base_url_, token_, timeout_s_, path);
+  std::vector<AcceptedFile> files;
+  try {
+    for (const auto& f : j.at("files")) {
+      AcceptedFile a;
+      a.name = f.at("name").get<std::string>();
+      a.node_address = f.at("node_address").get<std::string>();
+      a.submission = f.at("submission").get<int64_t>();
+      a.sha256 = f.at("sha256").get<std::string>();
+      a.samples = f.at("samples").get<int64_t>();
+      a.signal_samples = f.at("signal_samples").get<int64_t>();
+      files.push_back(std::move(a));
+    }
+  } catch (const Json::exception& e) {
+    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  }
+  return files;
+}
+
+std::string Client::download(int64_t step, const std::string& name) {
+  const std::string path = fmt::format("/rollouts/step_{}/{}", step, name);
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Get(path);
+  if (!res || res->status != 200) fail(base_url_ + path, "download failed: {}", reason(res));
+  return std::move(res->body);
+}
+
+void Client::publish_version(int64_t version) {
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post("/trainer/version", Json{{"version", version}}.dump(), "application/json");
+  if (!res || res->status != 200)
+    fail(base_url_ + "/trainer/version", "publishing version {} failed: {}", version, reason(res));
+}
+
+}  // namespace trellis::orchestrator
