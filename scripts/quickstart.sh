@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Installs, builds, then shows Trellis's model core end to end: initialise a small Qwen2-style
-# model in the Hugging Face layout, inspect it, and generate from it.
+# Installs, builds, then runs the quickstart: an SFT warm start of the tiny model (cached in
+# runs/quickstart-cache after the first time), then `trellis run examples/quickstart.toml` — an
+# orchestrator, a trainer and two inference workers as separate processes on loopback, training the
+# model to reverse text while the live view shows the reward rising. Extra arguments go to
+# `trellis quickstart` (e.g. --set rl.steps=100, --run-dir runs/mine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh
-MODEL_DIR=${MODEL_DIR:-runs/quickstart-model}
-./build/trellis model init --arch qwen2 --preset small --out "$MODEL_DIR" --seed 0
-./build/trellis model info "$MODEL_DIR"
-./build/trellis generate --model "$MODEL_DIR" --prompt "hello" --max-tokens 32 --seed 0
+exec ./build/trellis quickstart "$@"

@@ -12,7 +12,7 @@ PACKAGES=(
   libcpp-httplib-dev                          # the OpenAI-compatible server and HTTP tests
   libginac-dev                                # math answers: symbolic equivalence
   libsodium-dev                               # SHA-256, HMAC, Ed25519 identities and signatures
-  libthrift-dev libzstd-dev                   # Parquet rollout files: footer metadata, pages
+  libthrift-dev libboost-dev libzstd-dev      # Parquet rollout files: footer metadata, pages
   libsqlite3-dev                              # the orchestrator's state
   clang libclang-rt-14-dev                    # libFuzzer for the rollout-file reader's fuzz target
   bubblewrap python3                          # the code environment's sandbox and interpreter

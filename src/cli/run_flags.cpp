@@ -13,12 +13,7 @@ Config RunFlags::resolve() const {
     files = {saved};
   }
   Config config = Config::resolve(files, overrides);
-  if (!run_dir.empty()) {
-    std::string quoted;  // a TOML basic string
-    for (char c : run_dir)
-      quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-    config.apply_override("run.dir=\"" + quoted + "\"");
-  }
+  if (!run_dir.empty()) config.set_string("run.dir", run_dir);
   if (resume && config.get<std::string>("run.dir").empty()) {
     fail("--resume", "name the run to resume with --run-dir DIR (or run.dir)");
   }

@@ -91,6 +91,13 @@ void Config::merge_table(const toml::table& src, const std::string& prefix,
   }
 }
 
+void Config::set_string(std::string_view key, std::string_view value) {
+  std::string quoted;  // a TOML basic string
+  for (char c : value)
+    quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  apply_override(fmt::format("{}=\"{}\"", key, quoted));
+}
+
 void Config::apply_override(std::string_view assignment) {
   const std::string where = "--set " + std::string(assignment);
   auto eq = assignment.find('=');

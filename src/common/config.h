@@ -28,6 +28,8 @@ class Config {
   void merge_file(const std::filesystem::path& path);
   void merge_toml(std::string_view text, const std::string& where);
   void apply_override(std::string_view assignment);
+  // apply_override("key=<value as a TOML string>"), quoting `value` (paths, names).
+  void set_string(std::string_view key, std::string_view value);
 
   // The value at a dotted key: T is std::string, int64_t, double or bool. Error if the key is
   // missing or holds another type.

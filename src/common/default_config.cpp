@@ -90,7 +90,7 @@ trainer_token = ""      # bearer token the trainer sends to publish versions; ""
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key
 name = "worker"         # this worker's name in logs and its key file
-checkpoint_dir = ""     # where the trainer publishes policy versions; "" = <run dir>/checkpoints
+policy_dir = ""         # where the trainer publishes policy versions; "" = <run dir>/policy
 groups_per_submission = 4  # prompt groups (of rl.group_size completions) per uploaded file
 dataset_size = 1000000  # with generated tasks: prompts are drawn from task indices [0, this)
 poll_s = 0.5            # seconds between polls of the step counter while waiting

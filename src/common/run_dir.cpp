@@ -8,7 +8,9 @@
 
 namespace trellis {
 
-std::filesystem::path make_run_dir(const Config& config) {
+namespace {
+
+std::filesystem::path create_run_dir(const Config& config) {
   std::filesystem::path dir = config.get<std::string>("run.dir");
   if (dir.empty()) {
     const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -21,7 +23,21 @@ std::filesystem::path make_run_dir(const Config& config) {
   std::error_code ec;
   std::filesystem::create_directories(dir / "logs", ec);
   if (ec) fail(dir.string(), "cannot create the run directory: {}", ec.message());
+  return dir;
+}
+
+}  // namespace
+
+std::filesystem::path make_run_dir(const Config& config) {
+  const auto dir = create_run_dir(config);
   write_file_atomic(dir / "config.toml", config.to_toml());
+  return dir;
+}
+
+std::filesystem::path join_run_dir(const Config& config) {
+  const auto dir = create_run_dir(config);
+  if (!std::filesystem::exists(dir / "config.toml"))
+    write_file_atomic(dir / "config.toml", config.to_toml());
   return dir;
 }
 

@@ -12,4 +12,9 @@ namespace trellis {
 // Creates the directory (and logs/) and writes config.toml atomically.
 std::filesystem::path make_run_dir(const Config& config);
 
+// The same, for a role joining a run that another process may have made (`trellis run` starts the
+// orchestrator and trainer in its run directory): config.toml is written only when absent, so the
+// run's resolved configuration is not replaced by one role's overrides (a port, a thread count).
+std::filesystem::path join_run_dir(const Config& config);
+
 }  // namespace trellis

@@ -21,6 +21,13 @@ std::string reason(const httplib::Result& res) {
 
 }  // namespace
 
+std::string client_url(const Config& config) {
+  const auto url = config.get<std::string>("orchestrator.url");
+  if (!url.empty()) return url;
+  return fmt::format("http://{}:{}", config.get<std::string>("orchestrator.host"),
+                     config.get<int64_t>("orchestrator.port"));
+}
+
 Client::Client(std::string base_url, std::string token, double timeout_s)
     : base_url_(std::move(base_url)), token_(std::move(token)), timeout_s_(timeout_s) {
   while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
@@ -78,8 +85,8 @@ Status Client::status() {
 
 std::string Client::submit(const std::string& node_address, int64_t step, int64_t submission,
                            std::string_view file_bytes) {
-  const std::string where = fmt::format("{}/submissions (step {}, submission {})", base_url_,
-                                        step, submission);
+  const std::string where =
+      fmt::format("{}/submissions (step {}, submission {})", base_url_, step, submission);
   auto c = connect(base_url_, token_, timeout_s_);
   const Json request{{"node_address", node_address},
                      {"step", step},

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/config.h"
+
 namespace trellis::orchestrator {
 
 // GET /status
@@ -31,6 +33,9 @@ struct AcceptedFile {
   int64_t samples = 0;         // rows
   int64_t signal_samples = 0;  // rows in groups whose rewards are not all equal
 };
+
+// The URL clients use: orchestrator.url, else http://<orchestrator.host>:<orchestrator.port>.
+std::string client_url(const Config& config);
 
 class Client {
  public:

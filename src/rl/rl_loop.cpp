@@ -18,6 +18,7 @@
 #include "rl/checkpoints.h"
 #include "rl/metrics_log.h"
 #include "rl/rollouts.h"
+#include "rl/sample_stats.h"
 #include "rl/task_source.h"
 #include "rl/trainer.h"
 
@@ -88,22 +89,6 @@ Batch batch_from_json(const Json& j) {
     b.metrics.set(m.at(0).get<std::string>(), m.at(1).get<double>());
   return b;
 }
-
-const std::vector<ConsoleField> kConsole = {
-    {"reward/mean", "reward", "%.3f"},
-    {"reward/recent", "10-step mean", "%.3f"},
-    {"seq_len/mean", "len", "%.1f"},
-    {"loss", "loss", "%+.4f"},
-    {"entropy", "entropy", "%.3f"},
-    {"grad_norm", "grad", "%.3f"},
-    {"mismatch/k3", "k3", "%.2e"},
-    {"clip/total_frac", "clipped", "%.1f%%", 100.0},
-    {"staleness/mean", "stale", "%.1f"},
-    {"filter/zero_adv_groups", "no-signal groups", "%.0f"},
-    {"time/wait_for_data", "gen s", "%.1f"},
-    {"time/train", "train s", "%.1f"},
-    {"throughput/mfu", "MFU", "%.1f%%", 100.0},
-};
 
 class RlLoop {
  public:
@@ -178,7 +163,7 @@ class RlLoop {
       pending_.pop_front();
       Metrics m = batch.metrics;
       m.set("time/wait_for_data", waited);
-      set_staleness(batch, s, m);
+      write_staleness(batch.rollouts, s, m);
       if (batch.rollouts.empty()) {
         log::warn("step {}: no group had signal after {} rounds; no update", s, cfg_.max_rounds);
       } else {
@@ -196,7 +181,7 @@ class RlLoop {
       if (recent_rewards_.size() > 10) recent_rewards_.pop_front();
       m.set("reward/recent", std::accumulate(recent_rewards_.begin(), recent_rewards_.end(), 0.0) /
                                  static_cast<double>(recent_rewards_.size()));
-      std::printf("%s\n", console_line(s, cfg_.steps, m, kConsole).c_str());
+      std::printf("%s\n", console_line(s, cfg_.steps, m, rl_console_fields()).c_str());
       std::fflush(stdout);
       if (s + 1 == cfg_.steps ||
           (cfg_.checkpoint_every > 0 && (s + 1) % cfg_.checkpoint_every == 0)) {
@@ -211,8 +196,8 @@ class RlLoop {
     b.step = step;
     const double t0 = now_s();
     const int64_t groups_needed = cfg_.batch_size / cfg_.group_size;
-    double reward = 0, task_reward = 0, len = 0, max_len = 0, truncated = 0, samples = 0;
-    int64_t zero_adv = 0, kept_groups = 0, tokens = 0;
+    SampleStats stats;
+    int64_t zero_adv = 0, kept_groups = 0;
     for (int64_t round = 0; round < cfg_.max_rounds && kept_groups < groups_needed; ++round) {
       RolloutOptions o;
       o.group_size = cfg_.group_size;
@@ -232,13 +217,7 @@ class RlLoop {
           // behaviour log-probs come from another distribution, a real train/inference mismatch.
           r.sequence.temperature = cfg_.temperature;
           rewards.push_back(r.reward);
-          reward += r.reward;
-          task_reward += r.task_reward;
-          len += r.tokens();
-          max_len = std::max<double>(max_len, r.tokens());
-          truncated += r.finish == "length";
-          tokens += r.tokens();
-          samples += 1;
+          stats.add(r);
         }
         const auto adv = group_advantages(rewards, cfg_.normalize_std);
         if (!has_signal(adv)) {
@@ -253,30 +232,11 @@ class RlLoop {
       }
     }
     const double seconds = now_s() - t0;
-    samples = std::max(1.0, samples);
-    b.metrics.set("reward/mean", reward / samples);
-    b.metrics.set("reward/task", task_reward / samples);
-    b.metrics.set("reward/length_penalty", (task_reward - reward) / samples);
-    b.metrics.set("seq_len/mean", len / samples);
-    b.metrics.set("seq_len/max", max_len);
-    b.metrics.set("truncated/frac", truncated / samples);
+    stats.write(b.metrics);
     b.metrics.set("filter/zero_adv_groups", static_cast<double>(zero_adv));
     b.metrics.set("samples", static_cast<double>(b.rollouts.size()));
-    b.metrics.set("throughput/rollout_tok_s", tokens / seconds);
+    b.metrics.set("throughput/rollout_tok_s", static_cast<double>(stats.tokens()) / seconds);
     return b;
-  }
-
-  static void set_staleness(const Batch& b, int64_t step, Metrics& m) {
-    double sum = 0, count = 0, max = 0;
-    for (const auto& r : b.rollouts) {
-      for (int64_t v : r.versions) {
-        sum += static_cast<double>(step - v);
-        max = std::max<double>(max, static_cast<double>(step - v));
-        count += 1;
-      }
-    }
-    m.set("staleness/mean", count > 0 ? sum / count : 0.0);
-    m.set("staleness/max", max);
   }
 
   void checkpoint(int64_t next_step) {

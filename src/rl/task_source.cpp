@@ -28,6 +28,13 @@ std::vector<env::Task> TaskSource::take(int64_t n) {
   return tasks;
 }
 
+env::Task TaskSource::at(int64_t index, const std::string& where) const {
+  if (index < 0 || (!dataset_.empty() && index >= dataset_size()))
+    fail(where, "task index {} is outside the dataset (0..{})", index, dataset_size() - 1);
+  if (dataset_.empty()) return env::generate_tasks(environment_, 1, seed_, difficulty_, index)[0];
+  return dataset_[static_cast<size_t>(index)];
+}
+
 std::string TaskSource::describe() const {
   if (dataset_.empty())
     return fmt::format("generated {} tasks (difficulty {})", environment_.name(), difficulty_);

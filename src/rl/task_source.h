@@ -20,6 +20,11 @@ class TaskSource {
 
   // The next n tasks; advances the cursor.
   std::vector<env::Task> take(int64_t n);
+  // The task at `index` of the dataset in file order, or the generator's task `index` (fixed data
+  // sampling draws indices; specs/toploc.md §5). Error naming `where` when out of range.
+  env::Task at(int64_t index, const std::string& where) const;
+  // Tasks in the dataset; 0 for generated tasks (any index >= 0 is valid).
+  int64_t dataset_size() const { return static_cast<int64_t>(dataset_.size()); }
   int64_t cursor() const { return cursor_; }
   void set_cursor(int64_t cursor) { cursor_ = cursor; }
   // "N tasks from FILE" or "generated tasks (difficulty D)".

@@ -16,7 +16,6 @@ namespace trellis::rollout {
 
 // `count` prompt indices in [0, dataset_size).
 std::vector<int64_t> sample_prompt_indices(const std::string& node_address, int64_t step,
-                                           int64_t submission, int64_t count,
-                                           int64_t dataset_size);
+                                           int64_t submission, int64_t count, int64_t dataset_size);
 
 }  // namespace trellis::rollout

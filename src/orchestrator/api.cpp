@@ -1,0 +1,590 @@
+#include "orchestrator/api.h"
+
+#include <httplib.h>
+
+#include <charconv>
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/hashing.h"
+#include "common/json.h"
+#include "common/logging.h"
+#include "orchestrator/signed_url.h"
+#include "orchestrator/state.h"
+#include "orchestrator/step_counter.h"
+#include "rollout/rollout_file.h"
+#include "rollout/signing.h"
+#include "rollout/store.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+constexpr double kTokensWindowS = 60;  // rollout_tokens_per_s averages over this long
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// A refused request: its HTTP status, a short reason code for /metrics, and the message.
+struct Refusal : std::runtime_error {
+  Refusal(int status, std::string kind, const std::string& message)
+      : std::runtime_error(message), status(status), kind(std::move(kind)) {}
+  int status;
+  std::string kind;
+};
+
+[[noreturn]] void refuse(int status, const std::string& kind, const std::string& message) {
+  throw Refusal(status, kind, message);
+}
+
+void reply_json(httplib::Response& res, const Json& j, int status = 200) {
+  res.status = status;
+  res.set_content(json_text(j), "application/json");
+}
+
+// A non-negative decimal integer without sign (path segments: steps).
+std::optional<int64_t> parse_index(std::string_view text) {
+  int64_t v = 0;
+  if (text.empty() || text.size() > 10) return std::nullopt;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || v < 0 || v > INT32_MAX) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// An integer field of a request body: 400 naming the field when absent or not an integer in
+// [lo, hi].
+int64_t integer_field(const Json& body, const char* key, int64_t lo, int64_t hi,
+                      const std::string& where) {
+  if (!body.contains(key))
+    refuse(400, "malformed_request", fmt::format("missing field '{}' ({})", key, where));
+  const Json& v = body.at(key);
+  if (!v.is_number_integer()) {
+    refuse(400, "malformed_request",
+           fmt::format("field '{}' must be an integer, got {} ({})", key, v.type_name(), where));
+  }
+  if (!json_integer_in(v, lo, hi)) {
+    refuse(
+        400, "malformed_request",
+        fmt::format("field '{}' = {} is out of range [{}, {}] ({})", key, v.dump(), lo, hi, where));
+  }
+  return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+}
+
+std::string string_field(const Json& body, const char* key, const std::string& where) {
+  if (!body.contains(key))
+    refuse(400, "malformed_request", fmt::format("missing field '{}' ({})", key, where));
+  const Json& v = body.at(key);
+  if (!v.is_string()) {
+    refuse(400, "malformed_request",
+           fmt::format("field '{}' must be a string, got {} ({})", key, v.type_name(), where));
+  }
+  return v.get<std::string>();
+}
+
+Json parse_body(const httplib::Request& req, const std::string& where) {
+  Json body;
+  try {
+    body = parse_json(req.body, where);
+  } catch (const Error& e) {
+    refuse(400, "malformed_request", fmt::format("the request body is not JSON: {}", e.what()));
+  }
+  if (!body.is_object()) {
+    refuse(400, "malformed_request",
+           fmt::format("the request body must be a JSON object ({})", where));
+  }
+  return body;
+}
+
+bool is_sha256_hex(const std::string& s) { return rollout::is_node_address(s); }  // 64 hex digits
+
+}  // namespace
+
+ApiOptions api_options(const Config& config, const std::filesystem::path& run_dir) {
+  ApiOptions o;
+  o.host = config.get<std::string>("orchestrator.host");
+  const int64_t port = config.get_at_least<int64_t>("orchestrator.port", 0);
+  if (port > 65535) fail("orchestrator.port", "a port is at most 65535, got {}", port);
+  o.port = static_cast<int>(port);
+  o.url = config.get<std::string>("orchestrator.url");
+  const std::string data_dir = config.get<std::string>("orchestrator.data_dir");
+  o.data_dir = data_dir.empty() ? run_dir : std::filesystem::path(data_dir);
+  auto name = std::filesystem::absolute(run_dir).lexically_normal();  // "runs/x/." -> ".../x/"
+  if (name.filename().empty()) name = name.parent_path();
+  o.run_id = name.filename().string();
+  o.steps = config.get_at_least<int64_t>("rl.steps", 1);
+  o.batch_size = config.get_at_least<int64_t>("rl.batch_size", 1);
+  o.group_size = config.get_at_least<int64_t>("rl.group_size", 1);
+  o.async_level = config.get_at_least<int64_t>("rl.async_level", 0);
+  o.url_ttl_s = config.get_at_least<int64_t>("orchestrator.url_ttl_s", 1);
+  o.max_upload_bytes = config.get_at_least<int64_t>("orchestrator.max_upload_mib", 1) << 20;
+  o.trainer_token = config.get<std::string>("orchestrator.trainer_token");
+  return o;
+}
+
+struct Server::Impl {
+  ApiOptions opt;
+  State state;
+  UrlSigner signer;
+  rollout::RolloutStore store;
+  httplib::Server svr;
+  std::thread thread;
+  int port = -1;
+  std::string url;
+
+  std::mutex decide_mu;  // one decision (accept or reject) at a time
+  std::mutex metrics_mu;
+  std::map<std::string, int64_t> refused;  // by reason code, since start
+
+  explicit Impl(ApiOptions o)
+      : opt(std::move(o)),
+        state(opt.data_dir / "orchestrator.sqlite", opt.run_id),
+        signer(state.url_secret()),
+        store(opt.data_dir) {
+    routes();
+  }
+
+  // ---- routes ------------------------------------------------------------------------------
+
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+
+  httplib::Server::Handler guarded(Handler fn) {
+    return [this, fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const Refusal& e) {
+        count_refusal(e.kind);
+        if (e.status != 422) {  // rejections were logged as decisions
+          log::info("orchestrator: refused {} {}: {}", req.method, req.path, e.what());
+        }
+        reply_json(res, {{"error", e.what()}}, e.status);
+      } catch (const Error& e) {
+        count_refusal("malformed_request");
+        reply_json(res, {{"error", e.what()}}, 400);
+      } catch (const std::exception& e) {
+        log::error("orchestrator: {} {}: {}", req.method, req.path, e.what());
+        reply_json(res, {{"error", std::string("internal error: ") + e.what()}}, 500);
+      }
+    };
+  }
+
+  void count_refusal(const std::string& kind) {
+    std::lock_guard lock(metrics_mu);
+    ++refused[kind];
+  }
+
+  void routes() {
+    svr.new_task_queue = [n = opt.http_threads] {
+      return new httplib::ThreadPool(static_cast<size_t>(std::max(n, 2)));
+    };
+    svr.set_payload_max_length(static_cast<size_t>(opt.max_upload_bytes));
+    svr.set_socket_options([](socket_t sock) {  // no SO_REUSEPORT: a port in use is an error
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
+    svr.Get("/healthz",
+            guarded([](const auto&, auto& res) { res.set_content("ok", "text/plain"); }));
+    svr.Get("/metrics", guarded([this](const auto&, auto& res) {
+              res.set_content(metrics(), "text/plain; version=0.0.4");
+            }));
+    svr.Get("/status", guarded([this](const auto&, auto& res) { reply_json(res, status()); }));
+    svr.Post("/submissions",
+             guarded([this](const auto& req, auto& res) { submissions(req, res); }));
+    svr.Put(R"(/upload/([^/]+)/([^/]+))",
+            guarded([this](const auto& req, auto& res) { upload(req, res); }));
+    svr.Get(R"(/steps/([^/]+)/accepted)",
+            guarded([this](const auto& req, auto& res) { accepted(req, res); }));
+    svr.Get(R"(/rollouts/([^/]+)/([^/]+))",
+            guarded([this](const auto& req, auto& res) { download(req, res); }));
+    svr.Post("/trainer/version",
+             guarded([this](const auto& req, auto& res) { trainer_version(req, res); }));
+
+    // What httplib answers itself (unknown route, oversized body) gets the same JSON shape.
+    svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                      httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      std::string message = fmt::format("HTTP {} for {} {}", res.status, req.method, req.path);
+      if (res.status == 404) {
+        message = fmt::format("there is no route {} {}", req.method, req.path);
+      } else if (res.status == 413) {
+        count_refusal("too_large");
+        message =
+            fmt::format("the request body is larger than orchestrator.max_upload_mib ({} bytes)",
+                        opt.max_upload_bytes);
+      }
+      reply_json(res, {{"error", message}}, res.status);
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    svr.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+          reply_json(res, {{"error", "internal error"}}, 500);
+        });
+  }
+
+  // ---- reading ----------------------------------------------------------------------------
+
+  int64_t step_counter_now() {
+    return step_counter(state.signal_samples_by_step(), opt.steps, opt.batch_size);
+  }
+
+  double tokens_per_s() {
+    return static_cast<double>(state.completion_tokens_since(now_s() - kTokensWindowS)) /
+           kTokensWindowS;
+  }
+
+  Json status() {
+    const auto counts = state.count_by_status();
+    const int64_t version = state.policy_version();
+    return {{"run_id", state.run_id()},
+            {"step", step_counter_now()},
+            {"policy_version", version},
+            {"steps", opt.steps},
+            {"async_level", opt.async_level},
+            {"batch_size", opt.batch_size},
+            {"group_size", opt.group_size},
+            {"pending", counts.at("pending")},
+            {"accepted", counts.at("accepted")},
+            {"rejected", counts.at("rejected")},
+            {"rollout_tokens_per_s", tokens_per_s()},
+            {"done", version >= opt.steps}};
+  }
+
+  std::string metrics() {
+    std::string out;
+    const auto gauge = [&](const char* name, const char* help, const std::string& value) {
+      out += fmt::format("# HELP {0} {1}\n# TYPE {0} gauge\n{0} {2}\n", name, help, value);
+    };
+    gauge("trellis_orchestrator_step",
+          "the step counter: smallest step lacking batch_size signal samples",
+          std::to_string(step_counter_now()));
+    gauge("trellis_orchestrator_policy_version", "newest policy version the trainer published",
+          std::to_string(state.policy_version()));
+    out +=
+        "# HELP trellis_orchestrator_submissions submissions by status\n"
+        "# TYPE trellis_orchestrator_submissions gauge\n";
+    for (const auto& [status, n] : state.count_by_status()) {
+      out += fmt::format("trellis_orchestrator_submissions{{status=\"{}\"}} {}\n", status, n);
+    }
+    const FileCounts totals = state.accepted_totals();
+    gauge("trellis_orchestrator_accepted_samples", "completions in accepted files",
+          std::to_string(totals.samples));
+    gauge("trellis_orchestrator_accepted_signal_samples",
+          "completions in accepted files, in groups whose rewards differ",
+          std::to_string(totals.signal_samples));
+    gauge("trellis_orchestrator_rollout_tokens_per_second",
+          "completion tokens accepted per second over the last 60 s",
+          fmt::format("{}", tokens_per_s()));
+    out +=
+        "# HELP trellis_orchestrator_uploads_refused_total refused requests and rejected uploads "
+        "since start, by reason\n"
+        "# TYPE trellis_orchestrator_uploads_refused_total counter\n";
+    std::lock_guard lock(metrics_mu);
+    for (const auto& [kind, n] : refused) {
+      out +=
+          fmt::format("trellis_orchestrator_uploads_refused_total{{reason=\"{}\"}} {}\n", kind, n);
+    }
+    return out;
+  }
+
+  void accepted(const httplib::Request& req, httplib::Response& res) {
+    const auto step = parse_index(req.matches[1].str());
+    if (!step) {
+      refuse(400, "malformed_request",
+             fmt::format("'{}' is not a step number", req.matches[1].str()));
+    }
+    Json files = Json::array();
+    int64_t signal = 0;
+    for (const Submission& s : state.accepted(*step)) {
+      files.push_back(
+          {{"name", rollout::stored_file_name(s.key.node_address, s.key.submission, "")},
+           {"node_address", s.key.node_address},
+           {"submission", s.key.submission},
+           {"sha256", s.sha256},
+           {"samples", s.counts.samples},
+           {"signal_samples", s.counts.signal_samples}});
+      signal += s.counts.signal_samples;
+    }
+    reply_json(res, {{"step", *step}, {"files", files}, {"signal_samples", signal}});
+  }
+
+  // "step_<s>" and "<node>-<sub>.parquet" of a path; 400 naming what is malformed.
+  std::pair<SubmissionKey, std::string> file_of(const httplib::Request& req) {
+    const std::string dir = req.matches[1].str(), name = req.matches[2].str();
+    std::optional<int64_t> step;
+    if (dir.starts_with("step_")) step = parse_index(std::string_view(dir).substr(5));
+    if (!step) {
+      refuse(400, "malformed_request",
+             fmt::format("'{}' is not step_<number> ({})", dir, req.path));
+    }
+    rollout::StoredName parsed;
+    try {
+      parsed = rollout::parse_stored_file_name(name, req.path);
+    } catch (const Error& e) {
+      refuse(400, "malformed_request", e.what());
+    }
+    return {{*step, parsed.node_address, parsed.submission}, name};
+  }
+
+  void download(const httplib::Request& req, httplib::Response& res) {
+    const auto [key, name] = file_of(req);
+    if (!state.is_accepted(key)) {
+      refuse(404, "not_found",
+             fmt::format("{} is not an accepted rollout file of step {}", name, key.step));
+    }
+    std::string bytes;
+    try {
+      bytes = store.read(key.step, name);
+    } catch (const Error& e) {
+      refuse(404, "not_found",
+             fmt::format("the accepted file is missing from the store: {}", e.what()));
+    }
+    res.set_content(std::move(bytes), "application/vnd.apache.parquet");
+  }
+
+  // ---- writing ----------------------------------------------------------------------------
+
+  void trainer_version(const httplib::Request& req, httplib::Response& res) {
+    if (!opt.trainer_token.empty() &&
+        req.get_header_value("Authorization") != "Bearer " + opt.trainer_token) {
+      refuse(401, "unauthorized",
+             "POST /trainer/version needs the trainer's bearer token (orchestrator.trainer_token)");
+    }
+    const std::string where = "POST /trainer/version";
+    const Json body = parse_body(req, where);
+    const int64_t version = integer_field(body, "version", 0, INT32_MAX, where);
+    const int64_t before = state.policy_version();
+    const int64_t newest = state.publish_version(version);
+    if (newest > before) log::info("orchestrator: policy version {} published", newest);
+    reply_json(res, {{"policy_version", newest}});
+  }
+
+  void submissions(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /submissions";
+    const Json body = parse_body(req, where);
+    SubmissionKey key;
+    key.node_address = string_field(body, "node_address", where);
+    if (!rollout::is_node_address(key.node_address)) {
+      refuse(
+          400, "malformed_request",
+          fmt::format(
+              "field 'node_address' must be 64 lowercase hex digits (an Ed25519 public key) ({})",
+              where));
+    }
+    key.step = integer_field(body, "step", 0, INT32_MAX, where);
+    key.submission = integer_field(body, "submission", 0, INT32_MAX, where);
+    const std::string sha = string_field(body, "sha256", where);
+    if (!is_sha256_hex(sha)) {
+      refuse(400, "malformed_request",
+             fmt::format("field 'sha256' must be 64 lowercase hex digits ({})", where));
+    }
+    const int64_t size = integer_field(body, "size", 1, INT64_MAX, where);
+    const std::string what =
+        fmt::format("step {} submission {} of node {}", key.step, key.submission, key.node_address);
+    if (size > opt.max_upload_bytes) {
+      refuse(400, "too_large",
+             fmt::format("{}: {} bytes is more than orchestrator.max_upload_mib ({} bytes)", what,
+                         size, opt.max_upload_bytes));
+    }
+    if (key.step >= opt.steps) {
+      refuse(409, "step_out_of_range",
+             fmt::format("{}: the run has steps 0 to {} (rl.steps = {})", what, opt.steps - 1,
+                         opt.steps));
+    }
+    const auto signal = state.signal_samples_by_step();
+    const int64_t counter = step_counter(signal, opt.steps, opt.batch_size);
+    const auto have = signal.find(key.step);
+    if (have != signal.end() && have->second >= opt.batch_size) {
+      refuse(409, "step_full",
+             fmt::format(
+                 "{}: the step already has {} of {} signal samples (the step counter is at {})",
+                 what, have->second, opt.batch_size, counter));
+    }
+    const int64_t version = state.policy_version();
+    if (key.step > version + opt.async_level) {
+      refuse(409, "step_ahead",
+             fmt::format(
+                 "{}: the newest policy is version {} and async_level is {}, so steps up to {} "
+                 "are open (the step counter is at {})",
+                 what, version, opt.async_level, version + opt.async_level, counter));
+    }
+    if (!state.request(key, sha, size, now_s())) {
+      refuse(409, "duplicate", fmt::format("{} is already accepted", what));
+    }
+    const int64_t expires = static_cast<int64_t>(now_s()) + opt.url_ttl_s;
+    const std::string path =
+        fmt::format("/upload/step_{}/{}", key.step,
+                    rollout::stored_file_name(key.node_address, key.submission, where));
+    reply_json(res, {{"upload_url", signer.sign("PUT", path, expires)}, {"expires", expires}});
+  }
+
+  // Records `key` as rejected and answers 422 with the reason.
+  [[noreturn]] void reject(const SubmissionKey& key, const std::string& kind,
+                           const std::string& reason) {
+    {
+      std::lock_guard lock(decide_mu);
+      state.reject(key, reason, now_s());
+    }
+    log::warn("orchestrator: rejected step {} submission {} of node {}: {}", key.step,
+              key.submission, key.node_address, reason);
+    refuse(422, kind, reason);
+  }
+
+  // The checks of an uploaded file that need its contents: every row belongs to this run, node,
+  // step and submission; the worker signed the body; every token was sampled by a policy version
+  // the step may use. Returns the reject reason code and message, or nothing.
+  std::optional<std::pair<std::string, std::string>> check_file(const SubmissionKey& key,
+                                                                const rollout::RolloutFile& file,
+                                                                const std::string& where) {
+    if (file.rows.empty()) return {{"empty_file", "the file has no rows"}};
+    const int64_t newest = state.policy_version();
+    const int64_t oldest = key.step - opt.async_level;
+    for (size_t i = 0; i < file.rows.size(); ++i) {
+      const auto& r = file.rows[i];
+      const auto wrong = [&](const char* column, const std::string& got, const std::string& want) {
+        return std::make_pair(
+            std::string("wrong_rows"),
+            fmt::format("row {}: {} is '{}', expected '{}'", i, column, got, want));
+      };
+      if (r.run_id != state.run_id()) return wrong("run_id", r.run_id, state.run_id());
+      if (r.node_address != key.node_address)
+        return wrong("node_address", r.node_address, key.node_address);
+      if (r.step != key.step)
+        return wrong("step", std::to_string(r.step), std::to_string(key.step));
+      if (r.submission != key.submission) {
+        return wrong("submission", std::to_string(r.submission), std::to_string(key.submission));
+      }
+      for (int32_t v : r.token_versions) {
+        if (v < oldest || v > newest) {
+          return {{"version_window",
+                   fmt::format("row {}: a token was sampled by policy version {}, outside [{}, {}] "
+                               "(step {} - async_level {}, newest published version)",
+                               i, v, oldest, newest, key.step, opt.async_level)}};
+        }
+      }
+    }
+    try {
+      rollout::verify_file_signature(file, key.node_address, where);
+    } catch (const Error& e) {
+      return {{"bad_signature", e.what()}};
+    }
+    return std::nullopt;
+  }
+
+  // Where validators' verdicts will plug in: the file passed the schema, signature and window
+  // checks; a validator may still reject it (or leave it pending until it has decided).
+  std::optional<std::pair<std::string, std::string>> verdict(const SubmissionKey&,
+                                                             const rollout::RolloutFile&) {
+    return std::nullopt;  // no validators yet: accept
+  }
+
+  void upload(const httplib::Request& req, httplib::Response& res) {
+    const auto [key, name] = file_of(req);
+    const UrlCheck url_check =
+        signer.check("PUT", req.path, req.get_param_value("expires"), req.get_param_value("sig"),
+                     static_cast<int64_t>(now_s()));
+    if (url_check != UrlCheck::kOk) {
+      refuse(403, url_check == UrlCheck::kExpired ? "url_expired" : "url_invalid",
+             describe(url_check));
+    }
+    const std::string what =
+        fmt::format("step {} submission {} of node {}", key.step, key.submission, key.node_address);
+    const auto latest = state.latest(key);
+    if (!latest || latest->status != "pending") {
+      if (latest && latest->status == "accepted")
+        refuse(409, "duplicate", what + " is already accepted");
+      refuse(
+          409, "not_pending",
+          fmt::format("{} has no pending request (ask for a new upload URL with POST /submissions)",
+                      what));
+    }
+    const std::string where = "upload of " + what;
+    const std::string& bytes = req.body;
+    if (static_cast<int64_t>(bytes.size()) != latest->size) {
+      reject(key, "size_mismatch",
+             fmt::format("the upload has {} bytes, {} were declared", bytes.size(), latest->size));
+    }
+    if (sha256_hex(bytes) != latest->sha256) {
+      reject(key, "sha256_mismatch", "the upload's SHA-256 differs from the one declared");
+    }
+    rollout::RolloutFile file;
+    try {
+      file = rollout::decode_rollout_file(bytes, where);
+    } catch (const Error& e) {
+      reject(key, "bad_file", fmt::format("not a valid rollout file: {}", e.what()));
+    }
+    if (auto bad = check_file(key, file, where)) reject(key, bad->first, bad->second);
+    if (auto bad = verdict(key, file)) reject(key, bad->first, bad->second);
+
+    const FileCounts counts = count_file(file.rows);
+    {
+      std::lock_guard lock(decide_mu);
+      if (state.is_accepted(key)) refuse(409, "duplicate", what + " is already accepted");
+      store.write(key.step, name, bytes);
+      if (!state.accept(key, counts, now_s())) {
+        store.remove(key.step, name);
+        refuse(409, "not_pending", what + " was decided by another upload meanwhile");
+      }
+    }
+    log::info(
+        "orchestrator: accepted step {} submission {} of node {}: {} samples, {} with signal; "
+        "step counter {}",
+        key.step, key.submission, key.node_address, counts.samples, counts.signal_samples,
+        step_counter_now());
+    reply_json(res, {{"status", "accepted"},
+                     {"samples", counts.samples},
+                     {"signal_samples", counts.signal_samples}});
+  }
+};
+
+Server::Server(ApiOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Server::~Server() { stop(); }
+
+int Server::start() {
+  auto& m = *impl_;
+  const std::string where = fmt::format("{}:{}", m.opt.host, m.opt.port);
+  if (m.thread.joinable()) throw Error("the orchestrator is already running", where);
+  std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not end the process
+  const auto url_file = m.opt.data_dir / "orchestrator.url";
+  std::error_code ec;
+  std::filesystem::remove(url_file, ec);  // a stale one would send launchers to a dead server
+  if (m.opt.port == 0) {
+    m.port = m.svr.bind_to_any_port(m.opt.host);
+  } else {
+    m.port = m.svr.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1;
+  }
+  if (m.port <= 0) {
+    throw Error("cannot listen on this address (in use, or not an address of this machine?)",
+                where);
+  }
+  m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
+  m.url = m.opt.url.empty() ? fmt::format("http://{}:{}", m.opt.host, m.port) : m.opt.url;
+  write_file_atomic(url_file, m.url + "\n");
+  log::info("orchestrator: run {} listening on {} (data in {})", m.state.run_id(), m.url,
+            m.opt.data_dir.string());
+  return m.port;
+}
+
+void Server::stop() {
+  auto& m = *impl_;
+  if (!m.thread.joinable()) return;
+  m.svr.stop();
+  m.thread.join();
+  std::error_code ec;
+  std::filesystem::remove(m.opt.data_dir / "orchestrator.url", ec);
+}
+
+int Server::port() const { return impl_->port; }
+
+std::string Server::url() const { return impl_->url; }
+
+const std::string& Server::run_id() const { return impl_->state.run_id(); }
+
+}  // namespace trellis::orchestrator

@@ -1,0 +1,371 @@
+#include "orchestrator/state.h"
+
+#include <sodium.h>
+#include <sqlite3.h>
+
+#include "common/error.h"
+#include "common/hashing.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+constexpr const char* kSchemaVersion = "1";
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS submissions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  step INTEGER NOT NULL,
+  node TEXT NOT NULL,
+  submission INTEGER NOT NULL,
+  sha256 TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'accepted', 'rejected')),
+  reason TEXT NOT NULL DEFAULT '',
+  samples INTEGER NOT NULL DEFAULT 0,
+  signal_samples INTEGER NOT NULL DEFAULT 0,
+  completion_tokens INTEGER NOT NULL DEFAULT 0,
+  created_at REAL NOT NULL,
+  decided_at REAL NOT NULL DEFAULT 0,
+  accept_seq INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_accepted
+  ON submissions (step, node, submission) WHERE status = 'accepted';
+CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_pending
+  ON submissions (step, node, submission) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS submissions_by_step ON submissions (step, status, accept_seq);
+CREATE INDEX IF NOT EXISTS submissions_by_decision ON submissions (status, decided_at);
+)sql";
+
+constexpr const char* kColumns =
+    "id, step, node, submission, sha256, size, status, reason, samples, signal_samples, "
+    "completion_tokens, created_at, decided_at";
+
+// One prepared statement; bind() fills parameters left to right.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& sql, const std::string& where) : db_(db), where_(where) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK) {
+      fail(where_, "database error preparing a query: {}", sqlite3_errmsg(db));
+    }
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int64_t v) {
+    check(sqlite3_bind_int64(st_, ++n_, v));
+    return *this;
+  }
+  Stmt& bind(double v) {
+    check(sqlite3_bind_double(st_, ++n_, v));
+    return *this;
+  }
+  Stmt& bind(const std::string& v) {
+    check(sqlite3_bind_text(st_, ++n_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    return *this;
+  }
+  // Advances; true while there is a row.
+  bool step() {
+    const int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    fail(where_, "database error: {}", sqlite3_errmsg(db_));
+  }
+  int64_t i64(int col) { return sqlite3_column_int64(st_, col); }
+  double f64(int col) { return sqlite3_column_double(st_, col); }
+  std::string text(int col) {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, col));
+    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(st_, col))) : "";
+  }
+  Submission submission() {
+    Submission s;
+    s.id = i64(0);
+    s.key = {i64(1), text(2), i64(3)};
+    s.sha256 = text(4);
+    s.size = i64(5);
+    s.status = text(6);
+    s.reason = text(7);
+    s.counts = {i64(8), i64(9), i64(10)};
+    s.created_at = f64(11);
+    s.decided_at = f64(12);
+    return s;
+  }
+
+ private:
+  void check(int rc) {
+    if (rc != SQLITE_OK) fail(where_, "database error binding a value: {}", sqlite3_errmsg(db_));
+  }
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+  std::string where_;
+  int n_ = 0;
+};
+
+// BEGIN IMMEDIATE ... COMMIT; rolled back when left without commit() (an exception).
+class Transaction {
+ public:
+  Transaction(sqlite3* db, const std::string& where) : db_(db), where_(where) {
+    run("BEGIN IMMEDIATE");
+  }
+  ~Transaction() {
+    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void commit() {
+    run("COMMIT");
+    done_ = true;
+  }
+
+ private:
+  void run(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      const std::string why = err ? err : "?";
+      sqlite3_free(err);
+      fail(where_, "database error ({}): {}", sql, why);
+    }
+  }
+  sqlite3* db_;
+  std::string where_;
+  bool done_ = false;
+};
+
+std::string random_secret() {
+  if (sodium_init() < 0) throw Error("libsodium failed to initialize", "orchestrator state");
+  unsigned char bytes[32];
+  randombytes_buf(bytes, sizeof bytes);
+  return to_hex({reinterpret_cast<const char*>(bytes), sizeof bytes});
+}
+
+}  // namespace
+
+State::State(const std::filesystem::path& path, const std::string& run_id) : path_(path.string()) {
+  if (!path.parent_path().empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec) fail(path.parent_path().string(), "cannot create directory: {}", ec.message());
+  }
+  if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    fail(path_, "cannot open the orchestrator database: {}", why);
+  }
+  try {
+    sqlite3_busy_timeout(db_, 10000);
+    exec("PRAGMA journal_mode=WAL");
+    exec("PRAGMA synchronous=FULL");
+    exec(kSchema);
+    Transaction tx(db_, path_);
+    const std::string version = meta("schema_version");
+    if (version.empty()) {
+      set_meta("schema_version", kSchemaVersion);
+    } else if (version != kSchemaVersion) {
+      fail(path_, "the database has schema version {}, this trellis reads version {}", version,
+           kSchemaVersion);
+    }
+    run_id_ = meta("run_id");
+    if (run_id_.empty()) {
+      run_id_ = run_id;
+      set_meta("run_id", run_id_);
+    }
+    url_secret_ = meta("url_secret");
+    if (url_secret_.empty()) {
+      url_secret_ = random_secret();
+      set_meta("url_secret", url_secret_);
+    }
+    if (meta("policy_version").empty()) set_meta("policy_version", "0");
+    tx.commit();
+  } catch (...) {
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw;
+  }
+}
+
+State::~State() { sqlite3_close(db_); }
+
+void State::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    const std::string why = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    fail(path_, "database error: {}", why);
+  }
+}
+
+std::string State::meta(const std::string& key) {
+  Stmt q(db_, "SELECT value FROM meta WHERE key = ?", path_);
+  q.bind(key);
+  return q.step() ? q.text(0) : "";
+}
+
+void State::set_meta(const std::string& key, const std::string& value) {
+  Stmt q(db_,
+         "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
+         "excluded.value",
+         path_);
+  q.bind(key).bind(value).step();
+}
+
+int64_t State::policy_version() {
+  std::lock_guard lock(mu_);
+  return std::stoll(meta("policy_version"));
+}
+
+int64_t State::publish_version(int64_t version) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  const int64_t current = std::stoll(meta("policy_version"));
+  if (version <= current) return current;
+  set_meta("policy_version", std::to_string(version));
+  tx.commit();
+  return version;
+}
+
+bool State::request(const SubmissionKey& key, const std::string& sha256, int64_t size, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt find(db_,
+            "SELECT status FROM submissions WHERE step = ? AND node = ? AND submission = ? AND "
+            "status IN ('pending', 'accepted') ORDER BY status = 'accepted' DESC",
+            path_);
+  find.bind(key.step).bind(key.node_address).bind(key.submission);
+  if (find.step()) {
+    if (find.text(0) == "accepted") return false;
+    Stmt update(db_,
+                "UPDATE submissions SET sha256 = ?, size = ?, created_at = ? WHERE step = ? AND "
+                "node = ? AND submission = ? AND status = 'pending'",
+                path_);
+    update.bind(sha256)
+        .bind(size)
+        .bind(now)
+        .bind(key.step)
+        .bind(key.node_address)
+        .bind(key.submission);
+    update.step();
+  } else {
+    Stmt insert(db_,
+                "INSERT INTO submissions (step, node, submission, sha256, size, status, "
+                "created_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                path_);
+    insert.bind(key.step)
+        .bind(key.node_address)
+        .bind(key.submission)
+        .bind(sha256)
+        .bind(size)
+        .bind(now);
+    insert.step();
+  }
+  tx.commit();
+  return true;
+}
+
+std::optional<Submission> State::latest(const SubmissionKey& key) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         fmt::format("SELECT {} FROM submissions WHERE step = ? AND node = ? AND submission = ? "
+                     "ORDER BY id DESC LIMIT 1",
+                     kColumns),
+         path_);
+  q.bind(key.step).bind(key.node_address).bind(key.submission);
+  if (!q.step()) return std::nullopt;
+  return q.submission();
+}
+
+bool State::is_accepted(const SubmissionKey& key) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "SELECT 1 FROM submissions WHERE step = ? AND node = ? AND submission = ? AND status = "
+         "'accepted'",
+         path_);
+  q.bind(key.step).bind(key.node_address).bind(key.submission);
+  return q.step();
+}
+
+bool State::accept(const SubmissionKey& key, const FileCounts& counts, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt q(db_,
+         "UPDATE submissions SET status = 'accepted', samples = ?, signal_samples = ?, "
+         "completion_tokens = ?, decided_at = ?, accept_seq = (SELECT COALESCE(MAX(accept_seq), 0) "
+         "+ 1 FROM submissions) WHERE step = ? AND node = ? AND submission = ? AND status = "
+         "'pending'",
+         path_);
+  q.bind(counts.samples).bind(counts.signal_samples).bind(counts.completion_tokens).bind(now);
+  q.bind(key.step).bind(key.node_address).bind(key.submission);
+  q.step();
+  const bool changed = sqlite3_changes(db_) == 1;
+  tx.commit();
+  return changed;
+}
+
+bool State::reject(const SubmissionKey& key, const std::string& reason, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt q(db_,
+         "UPDATE submissions SET status = 'rejected', reason = ?, decided_at = ? WHERE step = ? "
+         "AND node = ? AND submission = ? AND status = 'pending'",
+         path_);
+  q.bind(reason).bind(now).bind(key.step).bind(key.node_address).bind(key.submission);
+  q.step();
+  const bool changed = sqlite3_changes(db_) == 1;
+  tx.commit();
+  return changed;
+}
+
+std::vector<Submission> State::accepted(int64_t step) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         fmt::format("SELECT {} FROM submissions WHERE step = ? AND status = 'accepted' ORDER BY "
+                     "accept_seq",
+                     kColumns),
+         path_);
+  q.bind(step);
+  std::vector<Submission> out;
+  while (q.step()) out.push_back(q.submission());
+  return out;
+}
+
+std::map<int64_t, int64_t> State::signal_samples_by_step() {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "SELECT step, SUM(signal_samples) FROM submissions WHERE status = 'accepted' GROUP BY "
+         "step",
+         path_);
+  std::map<int64_t, int64_t> out;
+  while (q.step()) out[q.i64(0)] = q.i64(1);
+  return out;
+}
+
+std::map<std::string, int64_t> State::count_by_status() {
+  std::lock_guard lock(mu_);
+  std::map<std::string, int64_t> out{{"pending", 0}, {"accepted", 0}, {"rejected", 0}};
+  Stmt q(db_, "SELECT status, COUNT(*) FROM submissions GROUP BY status", path_);
+  while (q.step()) out[q.text(0)] = q.i64(1);
+  return out;
+}
+
+FileCounts State::accepted_totals() {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "SELECT COALESCE(SUM(samples), 0), COALESCE(SUM(signal_samples), 0), "
+         "COALESCE(SUM(completion_tokens), 0) FROM submissions WHERE status = 'accepted'",
+         path_);
+  q.step();
+  return {q.i64(0), q.i64(1), q.i64(2)};
+}
+
+int64_t State::completion_tokens_since(double since) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "SELECT COALESCE(SUM(completion_tokens), 0) FROM submissions WHERE status = 'accepted' "
+         "AND decided_at >= ?",
+         path_);
+  q.bind(since);
+  q.step();
+  return q.i64(0);
+}
+
+}  // namespace trellis::orchestrator

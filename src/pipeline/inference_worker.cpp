@@ -1,0 +1,263 @@
+#include "pipeline/inference_worker.h"
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <thread>
+
+#include "common/error.h"
+#include "common/hashing.h"
+#include "common/identity.h"
+#include "common/logging.h"
+#include "engine/engine.h"
+#include "env/registry.h"
+#include "model/checkpoint.h"
+#include "model/prompting.h"
+#include "orchestrator/client.h"
+#include "pipeline/policy_dir.h"
+#include "pipeline/rollout_rows.h"
+#include "rl/advantages.h"
+#include "rl/rl_loop.h"
+#include "rl/rollouts.h"
+#include "rl/task_source.h"
+#include "rollout/data_sampling.h"
+#include "rollout/rollout_file.h"
+#include "rollout/signing.h"
+
+namespace trellis::pipeline {
+namespace fs = std::filesystem;
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The sampling seed of a submission's completions: from the same hash as its prompts, so a
+// validator can recompute both from (address, step, submission).
+uint64_t sampling_seed(const std::string& address, int64_t step, int64_t submission) {
+  const Sha256 h = sha256(fmt::format("{}:{}:{}:sampling", address, step, submission));
+  uint64_t seed;
+  std::memcpy(&seed, h.data(), sizeof seed);
+  return seed >> 1;  // fits the file's int64 column
+}
+
+class Worker {
+ public:
+  Worker(const Config& config, const fs::path& run_dir, const model::Compute& compute,
+         const std::atomic<bool>& stop)
+      : config_(config),
+        compute_(compute),
+        stop_(stop),
+        rl_(rl::RlLoopConfig::from_config(config)),
+        client_(orchestrator::client_url(config)) {
+    name_ = config.get<std::string>("infer.name");
+    fs::path key_file = config.get<std::string>("infer.key_file");
+    if (key_file.empty()) key_file = run_dir / "keys" / (name_ + ".key");
+    identity_ = std::make_unique<Identity>(Identity::load_or_create(key_file));
+    policy_dir_ = config.get<std::string>("infer.policy_dir");
+    if (policy_dir_.empty()) policy_dir_ = run_dir / "policy";
+    groups_per_submission_ = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
+    poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
+    environment_ = env::make_environment(config);
+    // Every worker and validator must see the same task list: the run's task seed.
+    tasks_ = std::make_unique<rl::TaskSource>(*environment_, config, rl_.seed);
+    dataset_size_ = tasks_->dataset_size() > 0
+                        ? tasks_->dataset_size()
+                        : config.get_at_least<int64_t>("infer.dataset_size", 1);
+    length_ = env::LengthReward::from_config(config);
+    system_prompt_ = config.get<std::string>("env.system_prompt");
+    base_model_ = config.get<std::string>("model.path");
+    if (base_model_.empty())
+      fail("model.path", "no model: set [model] path (the tokenizer and architecture)");
+    log::info("worker {} ({}), orchestrator {}, policies from {}", name_, identity_->address(),
+              client_.base_url(), policy_dir_.string());
+  }
+
+  void run() {
+    double last_warning = -1e9;
+    while (!stop_) {
+      orchestrator::Status status;
+      try {
+        status = client_.status();
+      } catch (const Error& e) {
+        if (now_s() - last_warning > 10) {
+          log::warn("orchestrator unreachable, retrying: {}", e.what());
+          last_warning = now_s();
+        }
+        sleep();
+        continue;
+      }
+      if (status.done) {
+        log::info("the run is done (policy version {}); exiting", status.policy_version);
+        return;
+      }
+      run_id_ = status.run_id;
+      const int64_t step = status.step;
+      if (step >= status.steps || !hold_policy(step - rl_.async_level)) {
+        sleep();
+        continue;
+      }
+      submit_one(step);
+    }
+  }
+
+ private:
+  void sleep() { std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_)); }
+
+  // Loads the newest published policy if it is newer than the one held; true when the held
+  // version is at least `min_version`.
+  bool hold_policy(int64_t min_version) {
+    const double t0 = now_s();
+    try {
+      const auto newest = newest_policy(policy_dir_);
+      if (newest && newest->first > version_) load_policy(newest->first, newest->second);
+    } catch (const std::exception& e) {  // a version pruned while we read it: try the next one
+      log::warn("could not load a policy from {}: {}", policy_dir_.string(), e.what());
+    }
+    const bool ok = engine_ && version_ >= min_version;
+    if (!ok) waited_for_weights_ += now_s() - t0 + poll_s_;
+    return ok;
+  }
+
+  void load_policy(int64_t version, const fs::path& dir) {
+    auto loaded = model::load_transformer(dir, compute_);
+    if (!engine_) {
+      model_ = std::move(loaded);
+      prompting_ =
+          std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
+      engine::EngineOptions eo;
+      eo.max_num_seqs = groups_per_submission_ * rl_.group_size;
+      eo.vocab_limit = prompting_->tok.vocab_size();
+      eo.kv_cache_mib = 1024;
+      engine_ = std::make_unique<engine::Engine>(*model_, eo);
+      engine_->update_weights([](model::Transformer&) {}, version);
+    } else {
+      engine_->update_weights(
+          [&](model::Transformer& m) {
+            torch::NoGradGuard no_grad;
+            for (const auto& [name, p] : loaded->named_parameters()) m.parameter(name).copy_(p);
+          },
+          version);
+    }
+    version_ = version;
+    log::info("holding policy version {}", version);
+  }
+
+  // The submission number to use next for `step`: after the worker's own accepted files, so a
+  // restarted worker does not repeat one.
+  int64_t next_submission(int64_t step) {
+    auto it = next_submission_.find(step);
+    if (it != next_submission_.end()) return it->second;
+    int64_t next = 0;
+    for (const auto& f : client_.accepted(step))
+      if (f.node_address == identity_->address()) next = std::max(next, f.submission + 1);
+    return next_submission_[step] = next;
+  }
+
+  void submit_one(int64_t step) {
+    int64_t submission;
+    try {
+      submission = next_submission(step);
+    } catch (const Error& e) {
+      log::warn("{}", e.what());
+      sleep();
+      return;
+    }
+    const double t0 = now_s();
+    const auto indices = rollout::sample_prompt_indices(identity_->address(), step, submission,
+                                                        groups_per_submission_, dataset_size_);
+    std::vector<env::Task> tasks;
+    for (int64_t i : indices) tasks.push_back(tasks_->at(i, "fixed data sampling"));
+    rl::RolloutOptions o;
+    o.group_size = rl_.group_size;
+    o.max_tokens = rl_.max_tokens;
+    o.sampling.temperature = rl_.temperature;
+    o.seed = sampling_seed(identity_->address(), step, submission);
+    o.system_prompt = system_prompt_;
+    o.length = length_;
+    o.zero_truncated = rl_.zero_truncated;
+    auto groups = rl::generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
+    double reward = 0, tokens = 0, samples = 0;
+    int64_t signal_groups = 0;
+    for (auto& g : groups) {
+      std::vector<double> rewards;
+      for (const auto& r : g.rollouts) {
+        rewards.push_back(r.reward);
+        reward += r.reward;
+        tokens += static_cast<double>(r.tokens());
+        samples += 1;
+      }
+      const auto adv = rl::group_advantages(rewards, rl_.normalize_std);
+      signal_groups += rl::has_signal(adv);
+      for (size_t i = 0; i < adv.size(); ++i) g.rollouts[i].advantage = adv[i];
+    }
+    const SubmissionKey key{run_id_, identity_->address(), static_cast<int32_t>(step),
+                            static_cast<int32_t>(submission)};
+    const rollout::KeyValues metadata = {
+        {"trellis.model", base_model_.filename().string()},
+        {"trellis.policy_versions", fmt::format("{}-{}", version_, version_)},
+        {"trellis.node_address", identity_->address()}};
+    const std::string file = rollout::encode_rollout_file(to_records(key, groups, tasks), metadata,
+                                                          rollout::sign_body_with(*identity_));
+    const double generated = now_s() - t0;
+    next_submission_[step] = submission + 1;
+    upload(step, submission, file);
+    log::info(
+        "step {} submission {}: version {}, {} groups ({} with signal), reward {:.3f}, "
+        "{:.0f} tokens in {:.1f} s ({:.0f} tok/s), waited {:.1f} s for weights",
+        step, submission, version_, groups.size(), signal_groups, reward / std::max(1.0, samples),
+        tokens, generated, tokens / std::max(1e-9, generated), waited_for_weights_);
+    waited_for_weights_ = 0;
+  }
+
+  // Uploads until the orchestrator answers: a refusal (the step filled meanwhile, a rejected
+  // file) drops the file; an unreachable orchestrator is retried with the same bytes.
+  void upload(int64_t step, int64_t submission, const std::string& file) {
+    while (!stop_) {
+      try {
+        const auto status = client_.submit(identity_->address(), step, submission, file);
+        log::debug("step {} submission {}: {}", step, submission, status);
+        return;
+      } catch (const Error& e) {
+        try {
+          client_.status();
+        } catch (const Error&) {
+          log::warn("orchestrator unreachable; retrying the upload: {}", e.what());
+          sleep();
+          continue;
+        }
+        log::warn("step {} submission {} not used: {}", step, submission, e.what());
+        return;
+      }
+    }
+  }
+
+  const Config& config_;
+  model::Compute compute_;
+  const std::atomic<bool>& stop_;
+  rl::RlLoopConfig rl_;
+  orchestrator::Client client_;
+  std::string name_, run_id_;
+  std::unique_ptr<Identity> identity_;
+  fs::path policy_dir_, base_model_;
+  int64_t groups_per_submission_ = 1, dataset_size_ = 1;
+  double poll_s_ = 0.5, waited_for_weights_ = 0;
+  std::unique_ptr<env::Environment> environment_;
+  std::unique_ptr<rl::TaskSource> tasks_;
+  env::LengthReward length_;
+  std::string system_prompt_;
+  std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<model::Prompting> prompting_;
+  std::unique_ptr<engine::Engine> engine_;
+  int64_t version_ = -1;
+  std::map<int64_t, int64_t> next_submission_;
+};
+
+}  // namespace
+
+void run_inference_worker(const Config& config, const fs::path& run_dir,
+                          const model::Compute& compute, const std::atomic<bool>& stop) {
+  Worker(config, run_dir, compute, stop).run();
+}
+
+}  // namespace trellis::pipeline

@@ -1,0 +1,22 @@
+// The inference worker behind `trellis infer` (untrusted): polls the orchestrator's step counter,
+// holds the newest policy version from the policy directory (at least step − async_level),
+// draws its prompts by fixed data sampling (specs/toploc.md §5) from (its address, step,
+// submission number), generates G completions per prompt with the rollout engine, scores them,
+// computes group advantages, writes one signed Parquet file per submission and uploads it.
+// It survives an orchestrator restart (retries with the same file) and stops when the run is
+// done or on SIGINT/SIGTERM.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+
+#include "common/config.h"
+#include "model/compute.h"
+
+namespace trellis::pipeline {
+
+// Runs until the orchestrator reports the run done or `stop` becomes true.
+void run_inference_worker(const Config& config, const std::filesystem::path& run_dir,
+                          const model::Compute& compute, const std::atomic<bool>& stop);
+
+}  // namespace trellis::pipeline

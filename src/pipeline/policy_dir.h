@@ -1,0 +1,28 @@
+// The policy directory: where the trainer publishes each policy version as a Hugging Face model
+// directory `step_<v>` (fp32 weights; written under a temporary name and renamed into place, so a
+// visible version is complete), and where workers look for the newest one. SHARDCAST replaces
+// this shared directory with verified broadcast through relays.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "model/transformer.h"
+
+namespace trellis::pipeline {
+
+// The newest version in `dir` and its directory, if any.
+std::optional<std::pair<int64_t, std::filesystem::path>> newest_policy(
+    const std::filesystem::path& dir);
+
+// Writes `model` as version `version` (tokenizer files copied from `base_model`) and removes all
+// but the newest `keep` versions.
+void publish_policy(const std::filesystem::path& dir, int64_t version,
+                    const model::Transformer& model, const std::filesystem::path& base_model,
+                    int64_t keep);
+
+// Removes versions newer than `version` (a trainer resuming from an older checkpoint).
+void remove_policies_after(const std::filesystem::path& dir, int64_t version);
+
+}  // namespace trellis::pipeline

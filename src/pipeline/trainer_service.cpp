@@ -1,0 +1,245 @@
+#include "pipeline/trainer_service.h"
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "common/error.h"
+#include "common/hashing.h"
+#include "common/logging.h"
+#include "model/checkpoint.h"
+#include "model/flops.h"
+#include "orchestrator/client.h"
+#include "pipeline/policy_dir.h"
+#include "pipeline/rollout_rows.h"
+#include "rl/advantages.h"
+#include "rl/checkpoints.h"
+#include "rl/metrics_log.h"
+#include "rl/rl_loop.h"
+#include "rl/sample_stats.h"
+#include "rl/trainer.h"
+#include "rollout/rollout_file.h"
+
+namespace trellis::pipeline {
+namespace fs = std::filesystem;
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class TrainerService {
+ public:
+  TrainerService(const Config& config, const fs::path& run_dir, bool resume,
+                 const model::Compute& compute, const std::atomic<bool>& stop)
+      : run_dir_(run_dir),
+        stop_(stop),
+        cfg_(rl::RlLoopConfig::from_config(config)),
+        client_(orchestrator::client_url(config),
+                config.get<std::string>("orchestrator.trainer_token")) {
+    poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
+    policy_dir_ = config.get<std::string>("infer.policy_dir");
+    if (policy_dir_.empty()) policy_dir_ = run_dir / "policy";
+    base_model_ = config.get<std::string>("model.path");
+    if (base_model_.empty())
+      fail("model.path", "no model: set [model] path (a Hugging Face directory)");
+    fs::path weights = base_model_;
+    std::optional<fs::path> checkpoint;
+    if (resume) {
+      checkpoint = rl::latest_checkpoint(run_dir / "checkpoints");
+      if (!checkpoint)
+        fail((run_dir / "checkpoints").string(), "--resume: no checkpoint to resume from");
+      weights = *checkpoint;
+    }
+    model_ = model::load_transformer(weights, compute);
+    const auto prompting = model::Prompting::load(base_model_, model_->config());
+    rl::TrainerConfig tc = rl::TrainerConfig::from_config(config);
+    tc.vocab_limit = prompting.tok.vocab_size();
+    std::unique_ptr<model::Transformer> reference;
+    if (tc.loss.kl_coef > 0) reference = model::load_transformer(base_model_, compute);
+    model_->set_requires_grad(true);
+    trainer_ = std::make_unique<rl::Trainer>(*model_, tc, std::move(reference),
+                                             model::measure_matmul_flops(compute));
+    if (checkpoint) {
+      start_step_ = rl::load_checkpoint_state(*checkpoint, trainer_->optimizer()).at("step");
+      log::info("resuming at step {} from {}", start_step_, checkpoint->string());
+    }
+    log::info("trainer: {} on {}, {} steps of {} samples ({} per prompt), async level {}",
+              weights.string(), compute.describe(), cfg_.steps, cfg_.batch_size, cfg_.group_size,
+              cfg_.async_level);
+    log::info("orchestrator {}, policies to {}", client_.base_url(), policy_dir_.string());
+  }
+
+  void run() {
+    rl::MetricsLog log(run_dir_ / "metrics.jsonl", start_step_);
+    // Versions beyond the checkpoint belong to a timeline this run no longer continues.
+    remove_policies_after(policy_dir_, start_step_);
+    publish(start_step_);
+    for (int64_t s = start_step_; s < cfg_.steps && !stop_; ++s) {
+      const double t0 = now_s();
+      std::vector<rollout::RolloutRecord> rows;
+      if (!wait_for_step(s, rows)) return;  // stopped
+      const double waited = now_s() - t0;
+      rl::Metrics m = batch_from_rows(s, rows);
+      m.set("time/wait_for_data", waited);
+      if (batch_.empty()) {
+        log::warn("step {}: no group with signal in the accepted files; no update", s);
+      } else {
+        m.append(trainer_->step(batch_));
+      }
+      m.set("clip/total_frac",
+            m.has("clip/low_frac")
+                ? m.get("clip/low_frac") + m.get("clip/high_frac") + m.get("clip/delta_frac")
+                : 0.0);
+      publish(s + 1);
+      if (s + 1 == cfg_.steps ||
+          (cfg_.checkpoint_every > 0 && (s + 1) % cfg_.checkpoint_every == 0)) {
+        checkpoint(s + 1);
+      }
+      const double step_time = now_s() - t0;
+      m.set("time/step", step_time);
+      m.set("trainer/idle_frac", waited / std::max(1e-9, step_time));
+      try {
+        m.set("throughput/rollout_tok_s", client_.status().rollout_tokens_per_s);
+      } catch (const Error&) {
+      }
+      log.write(s, m);
+      recent_.push_back(m.get("reward/mean"));
+      if (recent_.size() > 10) recent_.pop_front();
+      m.set("reward/recent", std::accumulate(recent_.begin(), recent_.end(), 0.0) /
+                                 static_cast<double>(recent_.size()));
+      std::printf("%s\n", rl::console_line(s, cfg_.steps, m, rl::rl_console_fields()).c_str());
+      std::fflush(stdout);
+    }
+  }
+
+ private:
+  // Polls until the accepted files of step s hold batch_size signal samples, then downloads
+  // them (in acceptance order) into `rows`. False when stopped first.
+  bool wait_for_step(int64_t s, std::vector<rollout::RolloutRecord>& rows) {
+    double last_warning = -1e9;
+    while (!stop_) {
+      try {
+        const auto files = client_.accepted(s);
+        int64_t signal = 0;
+        for (const auto& f : files) signal += f.signal_samples;
+        if (signal >= cfg_.batch_size) {
+          for (const auto& f : files) {
+            const std::string bytes = client_.download(s, f.name);
+            const std::string where = fmt::format("step {} file {}", s, f.name);
+            if (sha256_hex(bytes) != f.sha256)
+              fail(where, "the download does not match the accepted file's SHA-256");
+            auto file = rollout::decode_rollout_file(bytes, where);
+            for (auto& r : file.rows) rows.push_back(std::move(r));
+          }
+          return true;
+        }
+      } catch (const Error& e) {
+        rows.clear();
+        if (now_s() - last_warning > 10) {
+          log::warn("waiting for step {}: {}", s, e.what());
+          last_warning = now_s();
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_));
+    }
+    return false;
+  }
+
+  // Groups the rows (file, group_index), drops stale and signal-less groups, recomputes the
+  // advantages and fills batch_ with the first batch_size / group_size groups.
+  rl::Metrics batch_from_rows(int64_t s, const std::vector<rollout::RolloutRecord>& rows) {
+    batch_.clear();
+    std::vector<std::vector<const rollout::RolloutRecord*>> groups;
+    std::map<std::tuple<std::string, int32_t, int32_t>, size_t> index;
+    for (const auto& r : rows) {
+      const auto key = std::make_tuple(r.node_address, r.submission, r.group_index);
+      auto [it, inserted] = index.emplace(key, groups.size());
+      if (inserted) groups.emplace_back();
+      groups[it->second].push_back(&r);
+    }
+    rl::SampleStats stats;
+    int64_t zero_adv = 0, stale = 0;
+    const size_t groups_needed = static_cast<size_t>(cfg_.batch_size / cfg_.group_size);
+    size_t kept = 0;
+    for (const auto& g : groups) {
+      std::vector<rl::Rollout> rollouts;
+      std::vector<double> rewards;
+      bool too_old = false;
+      for (const auto* row : g) {
+        rollouts.push_back(from_record(*row));
+        // The trainer scores at the configured temperature, as the single-process loop does.
+        rollouts.back().sequence.temperature = cfg_.temperature;
+        rewards.push_back(rollouts.back().reward);
+        for (int32_t v : row->token_versions) too_old |= v < s - cfg_.async_level;
+      }
+      if (too_old) {
+        stale += static_cast<int64_t>(g.size());
+        continue;
+      }
+      for (const auto& r : rollouts) stats.add(r);
+      const auto adv = rl::group_advantages(rewards, cfg_.normalize_std);
+      if (!rl::has_signal(adv)) {
+        ++zero_adv;
+        continue;
+      }
+      if (kept == groups_needed) continue;
+      ++kept;
+      for (size_t i = 0; i < rollouts.size(); ++i) {
+        rollouts[i].advantage = adv[i];
+        batch_.push_back(std::move(rollouts[i]));
+      }
+    }
+    rl::Metrics m;
+    stats.write(m);
+    m.set("filter/zero_adv_groups", static_cast<double>(zero_adv));
+    m.set("samples", static_cast<double>(batch_.size()));
+    m.set("rollouts/discarded_stale", static_cast<double>(stale));
+    rl::write_staleness(batch_, s, m);
+    return m;
+  }
+
+  void publish(int64_t version) {
+    publish_policy(policy_dir_, version, *model_, base_model_, cfg_.async_level + 2);
+    while (!stop_) {
+      try {
+        client_.publish_version(version);
+        return;
+      } catch (const Error& e) {
+        log::warn("{}; retrying", e.what());
+        std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_));
+      }
+    }
+  }
+
+  void checkpoint(int64_t next_step) {
+    const fs::path dir = rl::save_checkpoint(run_dir_ / "checkpoints", next_step, *model_,
+                                             trainer_->optimizer(), base_model_, Json::object());
+    rl::prune_checkpoints(run_dir_ / "checkpoints", cfg_.keep_checkpoints);
+    log::info("checkpoint {}", dir.string());
+  }
+
+  fs::path run_dir_;
+  const std::atomic<bool>& stop_;
+  rl::RlLoopConfig cfg_;
+  orchestrator::Client client_;
+  double poll_s_ = 0.5;
+  fs::path policy_dir_, base_model_;
+  std::unique_ptr<model::Transformer> model_;
+  std::unique_ptr<rl::Trainer> trainer_;
+  std::vector<rl::Rollout> batch_;
+  std::deque<double> recent_;
+  int64_t start_step_ = 0;
+};
+
+}  // namespace
+
+void run_trainer_service(const Config& config, const fs::path& run_dir, bool resume,
+                         const model::Compute& compute, const std::atomic<bool>& stop) {
+  TrainerService(config, run_dir, resume, compute, stop).run();
+}
+
+}  // namespace trellis::pipeline

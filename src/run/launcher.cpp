@@ -1,0 +1,254 @@
+#include "run/launcher.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
+#include "common/logging.h"
+#include "orchestrator/client.h"
+#include "run/child_process.h"
+#include "run/report.h"
+
+namespace trellis::run {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
+
+// What the live view shows of metrics.jsonl: the newest step's metrics and the mean reward of
+// the last 10 steps (single steps are noisy). Reread only when the file grows.
+class MetricsTail {
+ public:
+  explicit MetricsTail(fs::path file) : file_(std::move(file)) {}
+
+  void refresh() {
+    std::error_code ec;
+    const auto size = fs::file_size(file_, ec);
+    if (ec || size == size_) return;
+    size_ = size;
+    std::string text;
+    try {
+      text = read_file(file_);
+    } catch (const Error&) {
+      return;
+    }
+    std::vector<double> rewards;
+    size_t start = 0;
+    for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+      try {  // a line being written is incomplete: skipped until the next refresh
+        last_ = Json::parse(text.substr(start, end - start));
+        if (last_.contains("reward/mean")) rewards.push_back(last_["reward/mean"].get<double>());
+      } catch (const std::exception&) {
+      }
+    }
+    const size_t n = std::min<size_t>(10, rewards.size());
+    recent_reward_ = 0;
+    for (size_t i = rewards.size() - n; i < rewards.size(); ++i) recent_reward_ += rewards[i] / n;
+  }
+  const Json& last() const { return last_; }  // null before the first step
+  double recent_reward() const { return recent_reward_; }
+
+ private:
+  fs::path file_;
+  uintmax_t size_ = 0;
+  Json last_;
+  double recent_reward_ = 0;
+};
+
+double number(const Json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+}
+
+class Launcher {
+ public:
+  Launcher(const Config& config, const fs::path& run_dir, const LaunchOptions& options,
+           const std::atomic<bool>& stop)
+      : run_dir_(run_dir), options_(options), stop_(stop), metrics_(run_dir / "metrics.jsonl") {
+    workers_ = config.get_at_least<int64_t>("run.workers", 1);
+    steps_ = config.get<int64_t>("rl.steps");
+    int64_t threads = config.get_at_least<int64_t>("compute.threads", 0);
+    if (threads == 0) threads = std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
+    threads_per_role_ = std::max<int64_t>(1, threads / (workers_ + 1));
+    data_dir_ = config.get<std::string>("orchestrator.data_dir");
+    if (data_dir_.empty()) data_dir_ = run_dir;
+    // One machine may hold several runs: the orchestrator takes a free port (orchestrator.port
+    // is ignored here) and keeps it across restarts.
+  }
+
+  int run() {
+    start_orchestrator();
+    trainer_ = role("trainer", {"trainer"});
+    if (options_.resume) trainer_->argv().push_back("--resume");
+    trainer_->start();
+    for (int64_t i = 0; i < workers_; ++i) {
+      const std::string name = "worker-" + std::to_string(i);
+      workers_list_.push_back(role(name, {"infer", "--set", "infer.name=" + name}));
+      workers_list_.back()->start();
+    }
+    std::printf("run directory %s: orchestrator %s, trainer, %lld workers (%lld thread%s each)\n",
+                run_dir_.c_str(), url_.c_str(), static_cast<long long>(workers_),
+                static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s");
+    std::fflush(stdout);
+
+    int trainer_status = -1;
+    while (!stop_) {
+      if (auto st = trainer_->poll()) {
+        trainer_status = *st;
+        break;
+      }
+      supervise();
+      live_view();
+      sleep_s(0.5);
+    }
+    if (stop_) std::printf("stopping (Ctrl-C)\n");
+    shutdown(trainer_status == 0);
+    if (trainer_status != 0 && !stop_) {
+      std::fprintf(stderr, "the trainer exited with status %d; the end of %s:\n%s\n",
+                   trainer_status, trainer_->log().c_str(), trainer_->log_tail(15).c_str());
+    }
+    write_report(run_dir_);
+    std::printf("report: %s\n", (run_dir_ / "report.html").c_str());
+    return stop_ ? 130 : trainer_status;
+  }
+
+ private:
+  std::unique_ptr<ChildProcess> role(const std::string& name,
+                                     const std::vector<std::string>& args) {
+    // The role and its config first: CLI11's --set takes every value up to the next flag.
+    std::vector<std::string> argv = {options_.trellis_binary.string(),
+                                     args.front(),
+                                     (run_dir_ / "config.toml").string(),
+                                     "--run-dir",
+                                     run_dir_.string(),
+                                     "--set",
+                                     "compute.threads=" + std::to_string(threads_per_role_)};
+    argv.insert(argv.end(), args.begin() + 1, args.end());
+    if (!url_.empty() && name != "orchestrator") {  // the orchestrator announces its own URL
+      argv.push_back("--set");
+      argv.push_back("orchestrator.url=" + url_);
+    }
+    return std::make_unique<ChildProcess>(name, argv, run_dir_ / "logs" / (name + ".log"));
+  }
+
+  // Starts (or restarts, on the same port) the orchestrator and waits until it listens.
+  void start_orchestrator() {
+    const fs::path url_file = data_dir_ / "orchestrator.url";
+    fs::remove(url_file);
+    orchestrator_ = role("orchestrator",
+                         {"orchestrator", "--set", "orchestrator.port=" + std::to_string(port_)});
+    orchestrator_->start();
+    const auto t0 = Clock::now();
+    while (!fs::exists(url_file)) {
+      if (auto st = orchestrator_->poll())
+        fail(orchestrator_->log().string(), "the orchestrator exited with status {}:\n{}", *st,
+             orchestrator_->log_tail(10));
+      if (seconds_since(t0) > 60)
+        fail(orchestrator_->log().string(), "the orchestrator did not start listening in 60 s");
+      sleep_s(0.05);
+    }
+    std::string url = read_file(url_file);
+    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+    url_ = url;
+    port_ = std::stoll(url_.substr(url_.rfind(':') + 1));
+  }
+
+  // A worker or the orchestrator that died is restarted (its state survives: the orchestrator's
+  // in SQLite, a worker's in the orchestrator); the count is reported.
+  void supervise() {
+    if (auto st = orchestrator_->poll()) {
+      log::warn("orchestrator exited with status {}; restarting it on port {}", *st, port_);
+      ++restarts_;
+      start_orchestrator();
+    }
+    for (auto& w : workers_list_) {
+      if (auto st = w->poll(); st && *st != 0) {
+        log::warn("{} exited with status {}; restarting it", w->name(), *st);
+        ++restarts_;
+        w->start();
+      }
+    }
+  }
+
+  void live_view() {
+    if (seconds_since(last_view_) < 2) return;
+    last_view_ = Clock::now();
+    metrics_.refresh();
+    const Json& m = metrics_.last();
+    const int64_t step = m.is_object() ? m.value("step", int64_t{-1}) : -1;
+    orchestrator::Status s;
+    try {
+      s = orchestrator::Client(url_, "", 2).status();
+    } catch (const Error&) {
+      return;  // restarting
+    }
+    if (step == last_step_ && seconds_since(last_line_) < 30) return;
+    last_step_ = step;
+    last_line_ = Clock::now();
+    int64_t alive = 0;
+    for (auto& w : workers_list_) alive += w->running();
+    if (step < 0) {
+      std::printf(
+          "waiting for step 0 | counter %lld | version %lld | accepted %lld rejected %lld "
+          "| rollout %.0f tok/s | workers %lld/%lld\n",
+          static_cast<long long>(s.step), static_cast<long long>(s.policy_version),
+          static_cast<long long>(s.accepted), static_cast<long long>(s.rejected),
+          s.rollout_tokens_per_s, static_cast<long long>(alive), static_cast<long long>(workers_));
+    } else {
+      std::printf(
+          "step %lld/%lld | reward %.3f | 10-step mean %.3f | len %.1f | stale %.1f | rollout "
+          "%.0f tok/s | trainer idle %.0f%% | accepted %lld rejected %lld | workers %lld/%lld%s\n",
+          static_cast<long long>(step), static_cast<long long>(steps_), number(m, "reward/mean"),
+          metrics_.recent_reward(), number(m, "seq_len/mean"), number(m, "staleness/mean"),
+          s.rollout_tokens_per_s, 100 * number(m, "trainer/idle_frac"),
+          static_cast<long long>(s.accepted), static_cast<long long>(s.rejected),
+          static_cast<long long>(alive), static_cast<long long>(workers_),
+          restarts_ > 0 ? fmt::format(" | restarts {}", restarts_).c_str() : "");
+    }
+    std::fflush(stdout);
+  }
+
+  // Workers first (they exit on their own once the run is done), then the trainer, then the
+  // orchestrator, which must outlive every upload.
+  void shutdown(bool completed) {
+    const double grace = completed ? 30 : 10;
+    const auto t0 = Clock::now();
+    if (completed)
+      for (auto& w : workers_list_)
+        while (w->running() && seconds_since(t0) < grace) sleep_s(0.05);
+    for (auto& w : workers_list_) w->stop(5);
+    trainer_->stop(30);
+    orchestrator_->stop(10);
+  }
+
+  fs::path run_dir_, data_dir_;
+  LaunchOptions options_;
+  const std::atomic<bool>& stop_;
+  int64_t workers_ = 1, steps_ = 0, threads_per_role_ = 1, port_ = 0, restarts_ = 0;
+  std::string url_;
+  std::unique_ptr<ChildProcess> orchestrator_, trainer_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_list_;
+  MetricsTail metrics_;
+  Clock::time_point last_view_{}, last_line_{};
+  int64_t last_step_ = -2;
+};
+
+}  // namespace
+
+int launch_run(const Config& config, const fs::path& run_dir, const LaunchOptions& options,
+               const std::atomic<bool>& stop) {
+  return Launcher(config, run_dir, options, stop).run();
+}
+
+}  // namespace trellis::run

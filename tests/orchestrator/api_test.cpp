@@ -1,0 +1,502 @@
+// The orchestrator's HTTP API in-process on a free port, driven through the same Client the
+// trainer and workers use (and raw HTTP for what a well-behaved client never sends): signed files
+// are accepted, listed in order and downloaded intact; the step counter moves only with signal
+// samples; the version window, URL signatures, declared hashes, file signatures and the schema
+// are enforced, and nothing refused is ever listed or stored.
+#include <httplib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "common/files.h"
+#include "common/hashing.h"
+#include "common/json.h"
+#include "error_of.h"
+#include "orchestrator/api.h"
+#include "orchestrator/client.h"
+#include "rollout_fixtures.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define EXPECT_CONTAINS(haystack, needle)                                                       \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" \
+                                                        << (haystack)
+
+class OrchestratorApi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("trellis_api_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+
+  ApiOptions options() const {
+    ApiOptions o;
+    o.port = 0;
+    o.data_dir = dir_;
+    o.run_id = "run-test";
+    o.steps = 4;
+    o.batch_size = 8;
+    o.group_size = 4;
+    o.async_level = 1;
+    o.max_upload_bytes = 1 << 20;
+    return o;
+  }
+
+  Client& start(const ApiOptions& o) {
+    server_.reset();
+    server_ = std::make_unique<Server>(o);
+    const int port = server_->start();
+    EXPECT_GT(port, 0);
+    client_ = std::make_unique<Client>(server_->url(), o.trainer_token, 10);
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", port);
+    return *client_;
+  }
+  Client& start() { return start(options()); }
+
+  test::FileSpec spec(int32_t step, int32_t submission, int32_t version = 0) const {
+    return {"run-test", worker_.address(), step, submission, version};
+  }
+
+  // POST /submissions for `bytes` as declared by (sha, size); the upload URL, or "" when refused.
+  std::string upload_url(int32_t step, int32_t submission, const std::string& sha, size_t size) {
+    const Json req{{"node_address", worker_.address()},
+                   {"step", step},
+                   {"submission", submission},
+                   {"sha256", sha},
+                   {"size", size}};
+    auto res = http_->Post("/submissions", req.dump(), "application/json");
+    if (!res || res->status != 200) return "";
+    return Json::parse(res->body).at("upload_url").get<std::string>();
+  }
+
+  httplib::Result put(const std::string& url, const std::string& bytes) {
+    return http_->Put(url.c_str(), bytes, "application/vnd.apache.parquet");
+  }
+
+  static std::string error_text(const httplib::Result& res) {
+    if (!res) return "no response";
+    try {
+      return Json::parse(res->body).at("error").get<std::string>();
+    } catch (...) {
+      return "not a JSON error: " + res->body;
+    }
+  }
+
+  std::vector<fs::path> stored_files() const {
+    std::vector<fs::path> out;
+    if (!fs::exists(dir_ / "rollouts")) return out;
+    for (const auto& e : fs::recursive_directory_iterator(dir_ / "rollouts"))
+      if (e.is_regular_file()) out.push_back(e.path());
+    return out;
+  }
+
+  fs::path dir_;
+  Identity worker_ = Identity::generate();
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+TEST_F(OrchestratorApi, AcceptsListsAndServesASignedFile) {
+  Client& client = start();
+  EXPECT_EQ(read_file(dir_ / "orchestrator.url"), server_->url() + "\n");
+  Status s = client.status();
+  EXPECT_EQ(s.run_id, "run-test");
+  EXPECT_EQ(s.step, 0);
+  EXPECT_EQ(s.policy_version, 0);
+  EXPECT_EQ(s.steps, 4);
+  EXPECT_EQ(s.batch_size, 8);
+  EXPECT_EQ(s.group_size, 4);
+  EXPECT_EQ(s.async_level, 1);
+  EXPECT_FALSE(s.done);
+
+  // One group with signal (4 rows), one without (4 rows).
+  const std::string bytes = test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 1, 1, 1}}, worker_);
+  EXPECT_EQ(client.submit(worker_.address(), 0, 0, bytes), "accepted");
+
+  const auto files = client.accepted(0);
+  ASSERT_EQ(files.size(), 1u);
+  const std::string name = worker_.address() + "-0.parquet";
+  EXPECT_EQ(files[0].name, name);
+  EXPECT_EQ(files[0].node_address, worker_.address());
+  EXPECT_EQ(files[0].submission, 0);
+  EXPECT_EQ(files[0].sha256, sha256_hex(bytes));
+  EXPECT_EQ(files[0].samples, 8);
+  EXPECT_EQ(files[0].signal_samples, 4);
+  EXPECT_EQ(client.download(0, name), bytes);
+  EXPECT_EQ(read_file(dir_ / "rollouts" / "step_0" / name), bytes);
+  EXPECT_TRUE(client.accepted(1).empty());
+
+  s = client.status();
+  EXPECT_EQ(s.accepted, 1);
+  EXPECT_EQ(s.pending, 0);
+  EXPECT_EQ(s.step, 0);  // 4 of 8 signal samples
+  EXPECT_GT(s.rollout_tokens_per_s, 0);
+
+  auto health = http_->Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(health->body, "ok");
+  auto metrics = http_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_step 0\n");
+  EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_submissions{status=\"accepted\"} 1\n");
+  EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_accepted_samples 8\n");
+  EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_accepted_signal_samples 4\n");
+  EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_rollout_tokens_per_second ");
+
+  // A name that is not accepted is not served, whether or not a file of that name exists.
+  auto missing = http_->Get(("/rollouts/step_0/" + worker_.address() + "-1.parquet").c_str());
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_CONTAINS(error_text(missing), "not an accepted rollout file");
+}
+
+TEST_F(OrchestratorApi, StepCounterMovesOnlyWithSignalSamples) {
+  Client& client = start();
+  const Identity other = Identity::generate();
+  client.submit(worker_.address(), 0, 0, test::signed_file(spec(0, 0), {{0, 1, 1, 1}}, worker_));
+  EXPECT_EQ(client.status().step, 0);
+  // Groups without signal add samples but no signal samples.
+  client.submit(worker_.address(), 0, 1,
+                test::signed_file(spec(0, 1), {{1, 1, 1, 1}, {0, 0, 0, 0}}, worker_));
+  EXPECT_EQ(client.status().step, 0);
+  const test::FileSpec from_other{"run-test", other.address(), 0, 0, 0};
+  client.submit(other.address(), 0, 0, test::signed_file(from_other, {{0, 0, 0, 0.5f}}, other));
+  EXPECT_EQ(client.status().step, 1);
+
+  const auto files = client.accepted(0);
+  ASSERT_EQ(files.size(), 3u);  // in acceptance order
+  EXPECT_EQ(files[0].name, worker_.address() + "-0.parquet");
+  EXPECT_EQ(files[1].name, worker_.address() + "-1.parquet");
+  EXPECT_EQ(files[1].signal_samples, 0);
+  EXPECT_EQ(files[1].samples, 8);
+  EXPECT_EQ(files[2].node_address, other.address());
+  auto raw = http_->Get("/steps/0/accepted");
+  ASSERT_TRUE(raw);
+  const Json listing = Json::parse(raw->body);
+  EXPECT_EQ(listing.at("step"), 0);
+  EXPECT_EQ(listing.at("signal_samples"), 8);
+
+  // The full step takes no more submissions.
+  const std::string late = test::signed_file(spec(0, 2), {{0, 1}}, worker_);
+  const std::string e = test::error_of([&] { client.submit(worker_.address(), 0, 2, late); });
+  EXPECT_CONTAINS(e, "already has 8 of 8 signal samples");
+  EXPECT_EQ(client.accepted(0).size(), 3u);
+}
+
+TEST_F(OrchestratorApi, EnforcesThePolicyVersionWindow) {
+  Client& client = start();  // async_level 1, policy version 0: steps 0 and 1 are open
+  const std::string ahead = test::signed_file(spec(2, 0), {{0, 1}}, worker_);
+  std::string e = test::error_of([&] { client.submit(worker_.address(), 2, 0, ahead); });
+  EXPECT_CONTAINS(e, "steps up to 1 are open");
+  e = test::error_of([&] {
+    client.submit(worker_.address(), 4, 0, test::signed_file(spec(4, 0), {{0, 1}}, worker_));
+  });
+  EXPECT_CONTAINS(e, "rl.steps = 4");
+
+  // Tokens from a version the trainer has not published yet.
+  const std::string future = test::signed_file(spec(1, 0, /*version=*/1), {{0, 1}}, worker_);
+  e = test::error_of([&] { client.submit(worker_.address(), 1, 0, future); });
+  EXPECT_CONTAINS(e, "policy version 1, outside [0, 0]");
+
+  client.publish_version(2);
+  client.publish_version(1);  // older: ignored
+  EXPECT_EQ(client.status().policy_version, 2);
+  // Step 3 is open now; tokens of version 1 are too old for it (3 - async_level 1 = 2).
+  const std::string stale = test::signed_file(spec(3, 0, /*version=*/1), {{0, 1}}, worker_);
+  e = test::error_of([&] { client.submit(worker_.address(), 3, 0, stale); });
+  EXPECT_CONTAINS(e, "policy version 1, outside [2, 2]");
+  EXPECT_EQ(client.submit(worker_.address(), 3, 0,
+                          test::signed_file(spec(3, 0, /*version=*/2), {{0, 1}}, worker_)),
+            "accepted");
+  // A rejected submission may be tried again with a good file.
+  EXPECT_EQ(client.submit(worker_.address(), 1, 0,
+                          test::signed_file(spec(1, 0, /*version=*/0), {{0, 1}}, worker_)),
+            "accepted");
+  const Status s = client.status();
+  EXPECT_EQ(s.rejected, 2);
+  EXPECT_EQ(s.accepted, 2);
+  EXPECT_TRUE(client.accepted(2).empty());
+  EXPECT_EQ(stored_files().size(), 2u);
+
+  client.publish_version(4);
+  EXPECT_TRUE(client.status().done);
+}
+
+TEST_F(OrchestratorApi, RefusesExpiredAndForgedUrls) {
+  ApiOptions o = options();
+  o.url_ttl_s = 1;
+  start(o);
+  const std::string bytes = test::signed_file(spec(0, 0), {{0, 1}}, worker_);
+  const std::string url = upload_url(0, 0, sha256_hex(bytes), bytes.size());
+  ASSERT_FALSE(url.empty());
+  const size_t sig_at = url.find("&sig=") + 5;
+
+  std::string forged = url;
+  forged[sig_at] = forged[sig_at] == 'a' ? 'b' : 'a';
+  std::string other_expiry = url;
+  other_expiry.replace(url.find("expires=") + 8, 1, "9");
+  std::string other_file = url;
+  other_file.replace(url.find("-0.parquet"), 10, "-1.parquet");
+  const std::string unsigned_url = url.substr(0, url.find('?'));
+  for (const auto& [bad, message] :
+       std::vector<std::pair<std::string, std::string>>{{forged, "signature does not match"},
+                                                        {other_expiry, "signature does not match"},
+                                                        {other_file, "signature does not match"},
+                                                        {unsigned_url, "not signed"}}) {
+    auto res = put(bad, bytes);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 403) << bad;
+    EXPECT_CONTAINS(error_text(res), message);
+  }
+
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  auto expired = put(url, bytes);
+  ASSERT_TRUE(expired);
+  EXPECT_EQ(expired->status, 403);
+  EXPECT_CONTAINS(error_text(expired), "expired");
+  EXPECT_TRUE(client_->accepted(0).empty());
+  EXPECT_TRUE(stored_files().empty());
+  EXPECT_EQ(client_->status().pending, 1);  // refused URLs decide nothing
+
+  // A fresh URL for the same submission works.
+  EXPECT_EQ(client_->submit(worker_.address(), 0, 0, bytes), "accepted");
+  auto metrics = http_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_CONTAINS(metrics->body,
+                  "trellis_orchestrator_uploads_refused_total{reason=\"url_expired\"} 1\n");
+  EXPECT_CONTAINS(metrics->body,
+                  "trellis_orchestrator_uploads_refused_total{reason=\"url_invalid\"} 4\n");
+}
+
+TEST_F(OrchestratorApi, RejectsUploadsThatDifferFromTheDeclarationOrTheSigner) {
+  start();
+  const Identity impostor = Identity::generate();
+  const std::string good = test::signed_file(spec(0, 0), {{0, 1}}, worker_);
+
+  // Bytes other than the declared ones.
+  std::string url = upload_url(0, 0, sha256_hex("something else"), good.size());
+  auto res = put(url, good);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 422);
+  EXPECT_CONTAINS(error_text(res), "SHA-256 differs");
+  // After a rejection the same URL is spent.
+  res = put(url, good);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 409);
+  EXPECT_CONTAINS(error_text(res), "no pending request");
+
+  url = upload_url(0, 0, sha256_hex(good), good.size() + 1);
+  res = put(url, good);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 422);
+  EXPECT_CONTAINS(error_text(res), "were declared");
+
+  // Rows claiming the worker's address, signed by someone else.
+  const std::string forged = test::signed_file(spec(0, 0), {{0, 1}}, impostor);
+  std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, 0, forged); });
+  EXPECT_CONTAINS(e, "signature");
+  // Rows of another node or run or step.
+  const test::FileSpec theirs{"run-test", impostor.address(), 0, 0, 0};
+  e = test::error_of([&] {
+    client_->submit(worker_.address(), 0, 0, test::signed_file(theirs, {{0, 1}}, worker_));
+  });
+  EXPECT_CONTAINS(e, "node_address is '" + impostor.address());
+  test::FileSpec other_run = spec(0, 0);
+  other_run.run_id = "another-run";
+  e = test::error_of([&] {
+    client_->submit(worker_.address(), 0, 0, test::signed_file(other_run, {{0, 1}}, worker_));
+  });
+  EXPECT_CONTAINS(e, "run_id is 'another-run'");
+  e = test::error_of([&] {
+    client_->submit(worker_.address(), 0, 0, test::signed_file(spec(1, 0), {{0, 1}}, worker_));
+  });
+  EXPECT_CONTAINS(e, "step is '1', expected '0'");
+
+  const Status s = client_->status();
+  EXPECT_EQ(s.rejected, 6);
+  EXPECT_EQ(s.accepted, 0);
+  EXPECT_TRUE(client_->accepted(0).empty());
+  EXPECT_TRUE(stored_files().empty());
+}
+
+TEST_F(OrchestratorApi, CorruptFilesAreRejectedAndNeverListed) {
+  start();
+  const std::string good = test::signed_file(spec(0, 0), {{0, 1}, {1, 0}}, worker_);
+  // A byte of the signed body changed (the footer is not covered by the signature).
+  std::string flipped = good;
+  flipped[rollout::decode_rollout_file(good, "good").body.size() / 2] ^= 0x5a;
+  const std::string empty = rollout::encode_rollout_file({}, {}, rollout::sign_body_with(worker_));
+  for (const auto& [bytes, message] : std::vector<std::pair<std::string, std::string>>{
+           {std::string("this is not a parquet file at all"), "not a valid rollout file"},
+           {good.substr(0, good.size() / 2), "not a valid rollout file"},
+           {flipped, ""},  // caught by the decoder or by the signature, whichever first
+           {empty, "no rows"}}) {
+    const std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, 0, bytes); });
+    EXPECT_CONTAINS(e, "upload rejected");
+    EXPECT_CONTAINS(e, message);
+  }
+  EXPECT_EQ(client_->status().rejected, 4);
+  EXPECT_TRUE(client_->accepted(0).empty());
+  EXPECT_TRUE(stored_files().empty());
+  auto res = http_->Get(("/rollouts/step_0/" + worker_.address() + "-0.parquet").c_str());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+}
+
+TEST_F(OrchestratorApi, RefusesADuplicateSubmission) {
+  Client& client = start();
+  const std::string bytes = test::signed_file(spec(0, 0), {{0, 1}}, worker_);
+  const std::string url = upload_url(0, 0, sha256_hex(bytes), bytes.size());
+  ASSERT_FALSE(url.empty());
+  auto first = put(url, bytes);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, 200) << first->body;
+  const Json answer = Json::parse(first->body);
+  EXPECT_EQ(answer.at("status"), "accepted");
+  EXPECT_EQ(answer.at("signal_samples"), 2);
+  // The same URL again, and a new request for the same (node, step, submission).
+  auto again = put(url, bytes);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 409);
+  EXPECT_CONTAINS(error_text(again), "already accepted");
+  const std::string e = test::error_of([&] { client.submit(worker_.address(), 0, 0, bytes); });
+  EXPECT_CONTAINS(e, "already accepted");
+  EXPECT_EQ(client.accepted(0).size(), 1u);
+  EXPECT_EQ(client.status().accepted, 1);
+}
+
+TEST_F(OrchestratorApi, MalformedRequestsGet400NamingTheProblem) {
+  start();
+  const auto post = [&](const char* path, const std::string& body) {
+    auto res = http_->Post(path, body, "application/json");
+    EXPECT_TRUE(res);
+    return std::make_pair(res ? res->status : 0, error_text(res));
+  };
+  const std::string node = worker_.address(), sha = std::string(64, 'a');
+  const auto request = [&](const std::string& drop, const Json& replace = nullptr) {
+    Json j{{"node_address", node}, {"step", 0}, {"submission", 0}, {"sha256", sha}, {"size", 10}};
+    if (replace.is_null()) {
+      j.erase(drop);
+    } else {
+      j[drop] = replace;
+    }
+    return j.dump();
+  };
+  for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+           {"{not json", "not JSON"},
+           {"[1, 2]", "must be a JSON object"},
+           {request("step"), "missing field 'step'"},
+           {request("step", "0"), "field 'step' must be an integer"},
+           {request("step", 1.5), "field 'step' must be an integer"},
+           {request("step", -1), "field 'step' = -1 is out of range"},
+           {request("submission"), "missing field 'submission'"},
+           {request("node_address", "../../etc"), "node_address' must be 64 lowercase hex"},
+           {request("node_address", 7), "field 'node_address' must be a string"},
+           {request("sha256", "abc"), "field 'sha256' must be 64 lowercase hex"},
+           {request("size", 0), "field 'size' = 0 is out of range"},
+           {request("size", 2 << 20), "max_upload_mib"}}) {
+    const auto [status, error] = post("/submissions", body);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_CONTAINS(error, message);
+  }
+  EXPECT_EQ(post("/trainer/version", "{}").second,
+            "missing field 'version' (POST /trainer/version)");
+  EXPECT_EQ(post("/trainer/version", R"({"version": "3"})").first, 400);
+
+  for (const auto& [path, status] :
+       std::vector<std::pair<std::string, int>>{{"/steps/abc/accepted", 400},
+                                                {"/rollouts/step_x/a.parquet", 400},
+                                                {"/rollouts/step_0/" + node + "-0.parquet", 404},
+                                                {"/no/such/route", 404}}) {
+    auto res = http_->Get(path.c_str());
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, status) << path;
+    EXPECT_NE(error_text(res).find_first_not_of(' '), std::string::npos);
+    EXPECT_EQ(error_text(res).rfind("not a JSON error", 0), std::string::npos) << path;
+  }
+  // Encoded slashes never reach the store: the route does not match, or the name is refused.
+  auto escape = http_->Get("/rollouts/step_0/..%2F..%2Forchestrator.sqlite");
+  ASSERT_TRUE(escape);
+  EXPECT_TRUE(escape->status == 400 || escape->status == 404) << escape->status;
+  auto upload = put("/upload/step_0/..%2Fx.parquet?expires=1&sig=" + std::string(64, 'a'), "x");
+  ASSERT_TRUE(upload);
+  EXPECT_TRUE(upload->status == 400 || upload->status == 404) << upload->status;
+  // Still serving.
+  EXPECT_EQ(client_->status().step, 0);
+}
+
+TEST_F(OrchestratorApi, PublishingAVersionNeedsTheTrainerToken) {
+  ApiOptions o = options();
+  o.trainer_token = "let-me-in";
+  start(o);
+  Client anonymous(server_->url(), "", 10), wrong(server_->url(), "guess", 10);
+  EXPECT_CONTAINS(test::error_of([&] { anonymous.publish_version(1); }), "bearer token");
+  EXPECT_CONTAINS(test::error_of([&] { wrong.publish_version(1); }), "bearer token");
+  EXPECT_EQ(client_->status().policy_version, 0);
+  client_->publish_version(1);  // the client that knows the token
+  EXPECT_EQ(anonymous.status().policy_version, 1);
+}
+
+TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
+  start();
+  const std::string bytes = test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 0, 1, 0}}, worker_);
+  client_->submit(worker_.address(), 0, 0, bytes);
+  client_->publish_version(1);
+  const std::string pending = test::signed_file(spec(1, 0, 1), {{0, 1}}, worker_);
+  const std::string url = upload_url(1, 0, sha256_hex(pending), pending.size());
+  server_->stop();
+  EXPECT_FALSE(fs::exists(dir_ / "orchestrator.url"));
+
+  ApiOptions o = options();
+  o.run_id = "a-new-name";  // ignored: the run ID was fixed at the first start
+  start(o);
+  const Status s = client_->status();
+  EXPECT_EQ(s.run_id, "run-test");
+  EXPECT_EQ(s.step, 1);
+  EXPECT_EQ(s.policy_version, 1);
+  EXPECT_EQ(s.pending, 1);
+  ASSERT_EQ(client_->accepted(0).size(), 1u);
+  EXPECT_EQ(client_->download(0, worker_.address() + "-0.parquet"), bytes);
+  // An upload URL handed out before the restart is still good.
+  auto res = put(url, pending);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(client_->accepted(1).size(), 1u);
+}
+
+TEST(OrchestratorOptions, ComeFromTheConfigAndTheRunDirectory) {
+  Config config = Config::defaults();
+  ApiOptions o = api_options(config, "/tmp/runs/my-run-20260101/");
+  EXPECT_EQ(o.run_id, "my-run-20260101");
+  EXPECT_EQ(o.data_dir, fs::path("/tmp/runs/my-run-20260101/"));
+  EXPECT_EQ(o.steps, config.get<int64_t>("rl.steps"));
+  EXPECT_EQ(o.batch_size, config.get<int64_t>("rl.batch_size"));
+  EXPECT_EQ(o.async_level, config.get<int64_t>("rl.async_level"));
+  EXPECT_EQ(o.max_upload_bytes, config.get<int64_t>("orchestrator.max_upload_mib") << 20);
+
+  config.apply_override("orchestrator.data_dir=/tmp/elsewhere");
+  config.apply_override("orchestrator.port=0");
+  o = api_options(config, "runs/abc");
+  EXPECT_EQ(o.data_dir, fs::path("/tmp/elsewhere"));
+  EXPECT_EQ(o.run_id, "abc");
+  EXPECT_EQ(o.port, 0);
+  config.apply_override("orchestrator.port=70000");
+  EXPECT_CONTAINS(test::error_of([&] { api_options(config, "runs/abc"); }), "orchestrator.port");
+}
+
+}  // namespace
+}  // namespace trellis::orchestrator

@@ -1,0 +1,191 @@
+// `trellis orchestrator` as a launcher runs it: the real binary on a free port (port 0, the URL
+// read from <run dir>/orchestrator.url), killed with SIGKILL in the middle of a run and started
+// again on the same run directory, where it still lists every accepted file, keeps the run ID,
+// the step counter and the policy version, and goes on accepting; SIGTERM ends it cleanly.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "common/files.h"
+#include "common/hashing.h"
+#include "error_of.h"
+#include "orchestrator/client.h"
+#include "rollout_fixtures.h"
+
+namespace trellis::test {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// A `trellis orchestrator` child process; its stderr is collected on a thread.
+class OrchestratorProcess {
+ public:
+  explicit OrchestratorProcess(const std::vector<std::string>& args) {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(fds[1], STDERR_FILENO);
+      const int null = ::open("/dev/null", O_RDWR);
+      ::dup2(null, STDIN_FILENO);
+      ::dup2(null, STDOUT_FILENO);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      std::vector<char*> argv{const_cast<char*>(TRELLIS_BIN)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(TRELLIS_BIN, argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    fd_ = fds[0];
+    reader_ = std::thread([this] {
+      char buf[4096];
+      for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) > 0;) {
+        std::lock_guard lock(mu_);
+        log_.append(buf, static_cast<size_t>(n));
+      }
+    });
+  }
+  ~OrchestratorProcess() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (reader_.joinable()) reader_.join();
+    ::close(fd_);
+  }
+
+  // The URL in `url_file` once it answers GET /healthz (a file left by a killed process names a
+  // dead server), or "" if the process exits or time runs out.
+  std::string wait_for_url(const fs::path& url_file, std::chrono::seconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      std::string url;
+      try {
+        url = read_file(url_file);
+      } catch (const Error&) {
+        // not written yet
+      }
+      while (!url.empty() && url.back() == '\n') url.pop_back();
+      if (!url.empty()) {
+        httplib::Client http(url);
+        http.set_connection_timeout(1, 0);
+        auto res = http.Get("/healthz");
+        if (res && res->status == 200) return url;
+      }
+      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
+        exited_ = true;
+        return "";
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return "";
+  }
+
+  // Sends `sig` and returns the exit status (-1 if it did not exit in time or died of a signal).
+  int stop(int sig, std::chrono::seconds timeout) {
+    ::kill(pid_, sig);
+    const auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+  std::string log() {
+    std::lock_guard lock(mu_);
+    return log_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1, status_ = 0;
+  bool exited_ = false;
+  std::thread reader_;
+  std::mutex mu_;
+  std::string log_;
+};
+
+TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
+  const fs::path run_dir = fs::temp_directory_path() /
+                           ("trellis_orchestrator_cli_" + std::to_string(::getpid())) / "run-7";
+  fs::remove_all(run_dir.parent_path());
+  const std::vector<std::string> args = {
+      "orchestrator", "--run-dir", run_dir.string(),  "--set", "orchestrator.port=0", "--set",
+      "rl.steps=3",   "--set",     "rl.batch_size=4", "--set", "rl.async_level=1"};
+  const Identity worker = Identity::generate();
+  const auto file = [&](int32_t step, int32_t sub, std::vector<std::vector<float>> groups) {
+    return signed_file({"run-7", worker.address(), step, sub, 0}, groups, worker);
+  };
+
+  std::vector<std::string> sent;
+  orchestrator::Status before;
+  {
+    OrchestratorProcess first(args);
+    const std::string url =
+        first.wait_for_url(run_dir / "orchestrator.url", std::chrono::seconds(60));
+    ASSERT_FALSE(url.empty()) << first.log();
+    orchestrator::Client client(url, "", 10);
+    EXPECT_EQ(client.status().run_id, "run-7");
+    sent = {file(0, 0, {{0, 1, 0, 1}}), file(0, 1, {{1, 1}}), file(1, 0, {{0, 1}})};
+    // The file without signal first: once step 0 is full it takes no more.
+    EXPECT_EQ(client.submit(worker.address(), 0, 1, sent[1]), "accepted");
+    EXPECT_EQ(client.submit(worker.address(), 0, 0, sent[0]), "accepted");
+    EXPECT_EQ(client.submit(worker.address(), 1, 0, sent[2]), "accepted");
+    EXPECT_NE(error_of([&] { client.submit(worker.address(), 1, 1, "garbage"); }), "");
+    before = client.status();
+    EXPECT_EQ(before.step, 1);  // step 0 has its 4 signal samples, step 1 has 2
+    EXPECT_EQ(before.accepted, 3);
+    EXPECT_EQ(before.rejected, 1);
+    EXPECT_NE(first.log().find("accepted step 0 submission 0"), std::string::npos) << first.log();
+    EXPECT_NE(first.log().find("rejected step 1 submission 1"), std::string::npos) << first.log();
+    EXPECT_EQ(first.stop(SIGKILL, std::chrono::seconds(10)), -1);  // killed, no clean exit
+  }
+  EXPECT_TRUE(fs::exists(run_dir / "orchestrator.url"));  // stale: the restart replaces it
+
+  OrchestratorProcess second(args);
+  const std::string url =
+      second.wait_for_url(run_dir / "orchestrator.url", std::chrono::seconds(60));
+  ASSERT_FALSE(url.empty()) << second.log();
+  orchestrator::Client client(url, "", 10);
+  const orchestrator::Status after = client.status();
+  EXPECT_EQ(after.run_id, "run-7");
+  EXPECT_EQ(after.step, before.step);
+  EXPECT_EQ(after.accepted, 3);
+  EXPECT_EQ(after.rejected, 1);
+  const auto step0 = client.accepted(0), step1 = client.accepted(1);
+  ASSERT_EQ(step0.size(), 2u);
+  ASSERT_EQ(step1.size(), 1u);
+  EXPECT_EQ(step0[0].submission, 1);  // in acceptance order
+  EXPECT_EQ(step0[1].submission, 0);
+  EXPECT_EQ(client.download(0, step0[0].name), sent[1]);
+  EXPECT_EQ(client.download(0, step0[1].name), sent[0]);
+  EXPECT_EQ(client.download(1, step1[0].name), sent[2]);
+  EXPECT_EQ(step1[0].sha256, sha256_hex(sent[2]));
+
+  // It goes on: step 1 fills and the counter moves.
+  EXPECT_EQ(client.submit(worker.address(), 1, 1, file(1, 1, {{1, 0}})), "accepted");
+  EXPECT_EQ(client.status().step, 2);
+  EXPECT_EQ(second.stop(SIGTERM, std::chrono::seconds(20)), 0) << second.log();
+  EXPECT_NE(second.log().find("shutting down"), std::string::npos) << second.log();
+  EXPECT_FALSE(fs::exists(run_dir / "orchestrator.url"));
+  fs::remove_all(run_dir.parent_path());
+}
+
+}  // namespace
+}  // namespace trellis::test

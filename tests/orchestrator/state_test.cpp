@@ -1,0 +1,118 @@
+// The orchestrator's building blocks: counting signal samples per file, the step counter rule,
+// signed URLs, and the SQLite state surviving a reopen with every decision intact.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "orchestrator/signed_url.h"
+#include "orchestrator/state.h"
+#include "orchestrator/step_counter.h"
+#include "rollout_fixtures.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(StepCounter, CountsOnlyGroupsWhoseRewardsDiffer) {
+  const test::FileSpec spec{"run", std::string(64, 'a'), 0, 0, 0};
+  std::vector<rollout::RolloutRecord> rows;
+  for (const auto& [index, rewards] : std::vector<std::pair<int, std::vector<float>>>{
+           {0, {0, 1, 0, 1}}, {1, {1, 1, 1, 1}}, {2, {0.5f, 0.5f, 0.25f}}, {3, {2}}}) {
+    auto g = test::group(spec, index, rewards);
+    rows.insert(rows.end(), g.begin(), g.end());
+  }
+  // Rows of one group need not be adjacent.
+  std::swap(rows[1], rows[5]);
+  const FileCounts c = count_file(rows);
+  EXPECT_EQ(c.samples, 12);
+  EXPECT_EQ(c.signal_samples, 4 + 3);  // groups 0 and 2; group 1 all equal, group 3 alone
+  EXPECT_EQ(c.completion_tokens, 12 * 4);
+  EXPECT_EQ(count_file({}).samples, 0);
+}
+
+TEST(StepCounter, IsTheFirstStepLackingBatchSizeSignalSamples) {
+  EXPECT_EQ(step_counter({}, 5, 8), 0);
+  EXPECT_EQ(step_counter({{0, 7}}, 5, 8), 0);
+  EXPECT_EQ(step_counter({{0, 8}}, 5, 8), 1);
+  EXPECT_EQ(step_counter({{0, 9}, {1, 8}, {3, 100}}, 5, 8), 2);  // full later steps don't skip 2
+  EXPECT_EQ(step_counter({{0, 8}, {1, 8}, {2, 8}, {3, 8}, {4, 8}}, 5, 8), 5);  // done
+}
+
+TEST(SignedUrl, ValidOnlyForItsMethodPathAndLifetime) {
+  const UrlSigner signer("secret"), other("other secret");
+  const std::string path = "/upload/step_1/x-0.parquet";
+  const std::string url = signer.sign("PUT", path, 1000);
+  const std::string sig = signer.signature("PUT", path, 1000);
+  EXPECT_EQ(url, path + "?expires=1000&sig=" + sig);
+  EXPECT_EQ(signer.check("PUT", path, "1000", sig, 999), UrlCheck::kOk);
+  EXPECT_EQ(signer.check("PUT", path, "1000", sig, 1000), UrlCheck::kOk);
+  EXPECT_EQ(signer.check("PUT", path, "1000", sig, 1001), UrlCheck::kExpired);
+  EXPECT_EQ(signer.check("PUT", path, "2000", sig, 999), UrlCheck::kBadSignature);
+  EXPECT_EQ(signer.check("GET", path, "1000", sig, 999), UrlCheck::kBadSignature);
+  EXPECT_EQ(signer.check("PUT", "/upload/step_1/x-1.parquet", "1000", sig, 999),
+            UrlCheck::kBadSignature);
+  EXPECT_EQ(other.check("PUT", path, "1000", sig, 999), UrlCheck::kBadSignature);
+  EXPECT_EQ(signer.check("PUT", path, "", sig, 999), UrlCheck::kMissing);
+  EXPECT_EQ(signer.check("PUT", path, "1000", "", 999), UrlCheck::kMissing);
+  EXPECT_EQ(signer.check("PUT", path, "10x0", sig, 999), UrlCheck::kMalformed);
+  EXPECT_EQ(signer.check("PUT", path, "1000", sig.substr(1), 999), UrlCheck::kMalformed);
+}
+
+TEST(State, DecisionsSurviveAReopen) {
+  const auto dir = fs::temp_directory_path() / ("trellis_state_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const auto db = dir / "orchestrator.sqlite";
+  const SubmissionKey a{0, std::string(64, 'a'), 0}, b{0, std::string(64, 'b'), 0},
+      c{1, std::string(64, 'a'), 3};
+  std::string secret;
+  {
+    State s(db, "run-1");
+    EXPECT_EQ(s.run_id(), "run-1");
+    secret = s.url_secret();
+    EXPECT_EQ(secret.size(), 64u);
+    EXPECT_EQ(s.policy_version(), 0);
+    EXPECT_EQ(s.publish_version(2), 2);
+    EXPECT_EQ(s.publish_version(1), 2);  // older versions are ignored
+
+    s.request(b, std::string(64, '1'), 10, 100);
+    s.request(a, std::string(64, '2'), 20, 101);
+    s.request(a, std::string(64, '3'), 30, 102);  // refreshes the pending request
+    s.request(c, std::string(64, '4'), 40, 103);
+    EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
+    EXPECT_EQ(s.latest(a)->size, 30);
+    EXPECT_EQ(s.count_by_status().at("pending"), 3);
+
+    EXPECT_TRUE(s.accept(a, {8, 4, 32}, 110));  // accepted first although requested second
+    EXPECT_TRUE(s.accept(b, {4, 0, 16}, 111));
+    EXPECT_FALSE(s.accept(b, {4, 0, 16}, 112));  // nothing pending any more
+    EXPECT_TRUE(s.reject(c, "bad file", 113));
+    EXPECT_FALSE(s.request(a, std::string(64, '5'), 1, 120));  // already accepted
+    EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
+    EXPECT_TRUE(s.request(c, std::string(64, '6'), 60, 121));  // a rejected one may be retried
+  }
+  State s(db, "another name");  // the run ID is fixed at the first start
+  EXPECT_EQ(s.run_id(), "run-1");
+  EXPECT_EQ(s.url_secret(), secret);
+  EXPECT_EQ(s.policy_version(), 2);
+  const auto accepted = s.accepted(0);
+  ASSERT_EQ(accepted.size(), 2u);
+  EXPECT_EQ(accepted[0].key.node_address, a.node_address);
+  EXPECT_EQ(accepted[0].counts.signal_samples, 4);
+  EXPECT_EQ(accepted[0].sha256, std::string(64, '3'));
+  EXPECT_EQ(accepted[1].key.node_address, b.node_address);
+  EXPECT_EQ(s.signal_samples_by_step(), (std::map<int64_t, int64_t>{{0, 4}}));
+  EXPECT_EQ(s.count_by_status(),
+            (std::map<std::string, int64_t>{{"accepted", 2}, {"pending", 1}, {"rejected", 1}}));
+  EXPECT_EQ(s.latest(c)->status, "pending");
+  EXPECT_TRUE(s.is_accepted(a));
+  EXPECT_FALSE(s.is_accepted(c));
+  EXPECT_EQ(s.accepted_totals().completion_tokens, 48);
+  EXPECT_EQ(s.completion_tokens_since(111), 16);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trellis::orchestrator

@@ -1,0 +1,189 @@
+// End-to-end tests of the decoupled pipeline as `trellis run` starts it: an orchestrator, a
+// trainer and two inference workers as separate processes on loopback, meeting only through
+// HTTP, signed Parquet rollout files and the policy directory. A short run leaves the run
+// directory the docs describe; a run whose worker and orchestrator are killed (SIGKILL) mid-run
+// is restarted by the launcher, loses no accepted rollout, and completes.
+#include <signal.h>
+
+#include <chrono>
+#include <future>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cli/run_cli.h"
+#include "common/files.h"
+#include "common/hashing.h"
+#include "orchestrator/client.h"
+#include "rollout/rollout_file.h"
+
+namespace trellis::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Pipeline : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fresh_dir("pipeline");
+    fs::create_directories(dir_);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // A warm start with signal: the tiny model after a short SFT on reverse_text (random weights
+  // would never end an answer, so every group would score 0 and no step would fill).
+  static fs::path warm_start() {
+    const fs::path warm = dir_ / "warm";
+    if (fs::exists(warm / "config.json")) return warm;
+    auto r = run_trellis("model init --preset tiny --seed 1 --out " + (dir_ / "base").string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    r = run_trellis("sft " + example() + " --set sft.steps=150 --set sft.eval_tasks=0" +
+                    " --set compute.threads=1 --set model.path=" + (dir_ / "base").string() +
+                    " --set sft.out=" + warm.string() + " --run-dir " + (dir_ / "sft").string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    return warm;
+  }
+  static std::string example() {
+    return std::string(TRELLIS_SOURCE_DIR) + "/examples/quickstart.toml";
+  }
+  // `trellis run` on the quickstart's config, shrunk: 64 samples per step in files of 2 groups.
+  static std::string run_args(const fs::path& run_dir, int steps) {
+    return "run " + example() + " --set model.path=" + warm_start().string() +
+           " --set rl.steps=" + std::to_string(steps) +
+           " --set rl.batch_size=64 --set infer.groups_per_submission=2 --set infer.poll_s=0.1" +
+           " --set trainer.checkpoint_every=2 --run-dir " + run_dir.string();
+  }
+  static int metric_lines(const fs::path& run_dir) {
+    try {
+      return static_cast<int>(read_jsonl(run_dir / "metrics.jsonl").size());
+    } catch (const std::exception&) {
+      return 0;  // not written yet, or a line mid-write
+    }
+  }
+  // The accepted files of steps [0, steps) as the orchestrator at `url` lists them.
+  static std::set<std::string> accepted(const std::string& url, int steps) {
+    orchestrator::Client client(url);
+    std::set<std::string> names;
+    for (int s = 0; s < steps; ++s)
+      for (const auto& f : client.accepted(s))
+        names.insert(fmt::format("step_{}/{} {}", s, f.name, f.sha256));
+    return names;
+  }
+  static std::string url_of(const fs::path& run_dir) {
+    std::string url = read_file(run_dir / "orchestrator.url");
+    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+    return url;
+  }
+  static bool wait_for(const std::function<bool()>& done, double seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return done();
+  }
+  // `signal` (KILL, TERM) to the `trellis` processes whose arguments match `pattern` (a regex).
+  // Anchored at the binary, so neither the shell that runs pkill nor the one that popen started
+  // a command in (both hold the text in their own command lines) matches.
+  static void kill_matching(const std::string& pattern, const std::string& signal = "KILL") {
+    const std::string regex = "^" + std::string(TRELLIS_BIN) + " " + pattern;
+    ASSERT_EQ(std::system(("pkill -" + signal + " -f " + quoted(regex)).c_str()), 0)
+        << "no process matched " << pattern;
+  }
+
+  static fs::path dir_;
+};
+fs::path Pipeline::dir_;
+
+TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
+  const fs::path run_dir = dir_ / "short";
+  const int steps = 4;
+  const auto r = run_trellis(run_args(run_dir, steps));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "2 workers");
+  EXPECT_CONTAINS(r.output, "report: " + (run_dir / "report.html").string());
+
+  // Every step trained on a full batch, with staleness within the async window and the trainer's
+  // idle time reported.
+  const auto rows = read_jsonl(run_dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), static_cast<size_t>(steps));
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_EQ(rows[s]["step"], s);
+    EXPECT_EQ(rows[s]["samples"].get<double>(), 64);
+    EXPECT_LE(rows[s]["staleness/max"].get<double>(), 2);  // rl.async_level
+    EXPECT_GE(rows[s]["trainer/idle_frac"].get<double>(), 0);
+    EXPECT_LE(rows[s]["trainer/idle_frac"].get<double>(), 1);
+    EXPECT_TRUE(rows[s].contains("loss") && rows[s].contains("mismatch/k3"));
+  }
+
+  // The run directory: resolved config, one log per role, checkpoints, the published policies,
+  // the rollout files (our reader and the spec's layout), the report.
+  EXPECT_TRUE(fs::exists(run_dir / "config.toml"));
+  for (const char* role : {"orchestrator", "trainer", "worker-0", "worker-1"})
+    EXPECT_TRUE(fs::exists(run_dir / "logs" / (std::string(role) + ".log"))) << role;
+  EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer.pt"));
+  EXPECT_TRUE(fs::exists(run_dir / "policy" / "step_4" / "model.safetensors"));
+  const std::string report = read_file(run_dir / "report.html");
+  EXPECT_CONTAINS(report, "<svg");
+  std::set<std::string> nodes;
+  int files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(run_dir / "rollouts")) {
+    if (entry.path().extension() != ".parquet") continue;
+    std::string bytes;
+    const auto file = rollout::read_rollout_file(entry.path().string(), bytes);
+    ASSERT_FALSE(file.rows.empty()) << entry.path();
+    const auto& row = file.rows.front();
+    EXPECT_EQ(entry.path().filename().string(),
+              fmt::format("{}-{}.parquet", row.node_address, row.submission));
+    EXPECT_EQ(entry.path().parent_path().filename().string(), fmt::format("step_{}", row.step));
+    EXPECT_EQ(file.rows.size(), 16u);  // 2 groups of 8
+    nodes.insert(row.node_address);
+    ++files;
+  }
+  EXPECT_GE(files, 2 * steps);  // at least 64 samples per step, in files of 16
+  EXPECT_EQ(nodes.size(), 2u) << "both workers contributed";
+}
+
+TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunCompletes) {
+  const fs::path run_dir = dir_ / "killed";
+  const int steps = 8;
+  auto launcher =
+      std::async(std::launch::async, [&] { return run_trellis(run_args(run_dir, steps)); });
+  ASSERT_TRUE(wait_for([&] { return metric_lines(run_dir) >= 2; }, 600)) << "no progress";
+  const std::string url = url_of(run_dir);
+  const auto before = accepted(url, steps);
+  ASSERT_FALSE(before.empty());
+
+  kill_matching("infer " + (run_dir / "config.toml").string() + " .*infer.name=worker-0");
+  ASSERT_TRUE(wait_for([&] { return metric_lines(run_dir) >= 4; }, 600)) << "no progress";
+  kill_matching("orchestrator " + (run_dir / "config.toml").string() + " .*orchestrator.port=");
+  const auto r = launcher.get();
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "worker-0 exited");
+  EXPECT_CONTAINS(r.output, "orchestrator exited");
+  const auto rows = read_jsonl(run_dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), static_cast<size_t>(steps));
+  for (const auto& row : rows) EXPECT_EQ(row["samples"].get<double>(), 64);
+
+  // The orchestrator's state survived: restarted on the run directory, it still lists every
+  // file it had accepted before the kills, with the same hashes, and serves their bytes.
+  const fs::path url_file = run_dir / "orchestrator.url";
+  fs::remove(url_file);
+  auto orchestrator = std::async(std::launch::async, [&] {
+    return run_trellis("orchestrator " + (run_dir / "config.toml").string() + " --run-dir " +
+                       run_dir.string() + " --set orchestrator.port=0");
+  });
+  ASSERT_TRUE(wait_for([&] { return fs::exists(url_file); }, 60));
+  const std::string url2 = url_of(run_dir);
+  const auto after = accepted(url2, steps);
+  for (const auto& f : before) EXPECT_TRUE(after.count(f)) << f << " was lost";
+  orchestrator::Client client(url2);
+  const auto first = client.accepted(0).front();
+  EXPECT_EQ(sha256_hex(client.download(0, first.name)), first.sha256);
+  kill_matching("orchestrator " + (run_dir / "config.toml").string(), "TERM");
+  EXPECT_EQ(orchestrator.get().status, 0) << "a clean shutdown on SIGTERM";
+}
+
+}  // namespace
+}  // namespace trellis::test
