@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-runs/distributed}
 steps=${2:-60}
-bin=build/trellis
+bin=${TRELLIS:-build/trellis}  # TRELLIS=/path/to/a/copy keeps a rebuild from changing it mid-run
 config=(examples/quickstart.toml --set rl.steps="$steps" --set trainer.checkpoint_every=0)
 mkdir -p "$out"
 if [ ! -f "$out/warm/config.json" ]; then

@@ -29,7 +29,7 @@ void add_orchestrator_command(CLI::App& app) {
   cmd->callback([] {
     const auto& stop = stop_requested();
     const Config config = flags.resolve();
-    const auto run_dir = make_run_dir(config);
+    const auto run_dir = join_run_dir(config);  // `trellis run` wrote config.toml already
     orchestrator::Server server(orchestrator::api_options(config, run_dir));
     server.start();
     while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -112,6 +112,7 @@ class Launcher {
       live_view();
       sleep_s(0.5);
     }
+    live_view(/*force=*/true);  // the last step
     if (stop_) std::printf("stopping (Ctrl-C)\n");
     shutdown(trainer_status == 0);
     if (trainer_status != 0 && !stop_) {
@@ -181,8 +182,10 @@ class Launcher {
     }
   }
 
-  void live_view() {
-    if (seconds_since(last_view_) < 2) return;
+  // One line when the trainer logged a new step (at most every 2 s; every 30 s while waiting),
+  // or now when `force`.
+  void live_view(bool force = false) {
+    if (!force && seconds_since(last_view_) < 2) return;
     last_view_ = Clock::now();
     metrics_.refresh();
     const Json& m = metrics_.last();
@@ -193,7 +196,7 @@ class Launcher {
     } catch (const Error&) {
       return;  // restarting
     }
-    if (step == last_step_ && seconds_since(last_line_) < 30) return;
+    if (step == last_step_ && (force || seconds_since(last_line_) < 30)) return;
     last_step_ = step;
     last_line_ = Clock::now();
     int64_t alive = 0;
