@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/run_cli.h"
+#include "cli/trellis_process.h"
 #include "common/json.h"
 
 namespace trellis::test {
@@ -26,94 +27,31 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// A `trellis serve` child process; its stderr is collected on a thread.
-class ServeProcess {
+// A `trellis serve` child process that also reads its port from the start line.
+class ServeProcess : public TrellisProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], STDERR_FILENO);
-      const int null = ::open("/dev/null", O_RDWR);
-      ::dup2(null, STDIN_FILENO);
-      ::dup2(null, STDOUT_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> argv{const_cast<char*>(TRELLIS_BIN)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(TRELLIS_BIN, argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    fd_ = fds[0];
-    reader_ = std::thread([this] {
-      char buf[4096];
-      for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) > 0;) {
-        std::lock_guard lock(mu_);
-        log_.append(buf, static_cast<size_t>(n));
-      }
-    });
-  }
-  ~ServeProcess() {
-    if (pid_ > 0 && !exited_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (reader_.joinable()) reader_.join();
-    ::close(fd_);
-  }
+  using TrellisProcess::TrellisProcess;
 
   // The port from "serving NAME on http://HOST:PORT", or -1 if it never came.
   int wait_for_port(std::chrono::seconds timeout) {
     static const std::regex line(R"(serving (\S+) on http://127\.0\.0\.1:(\d+) )");
     const auto deadline = Clock::now() + timeout;
     while (Clock::now() < deadline) {
-      {
-        std::lock_guard lock(mu_);
-        std::smatch m;
-        if (std::regex_search(log_, m, line)) {
-          name_ = m[1];
-          return std::stoi(m[2]);
-        }
+      std::smatch m;
+      const std::string text = log();
+      if (std::regex_search(text, m, line)) {
+        name_ = m[1];
+        return std::stoi(m[2]);
       }
-      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
-        exited_ = true;
-        return -1;
-      }
+      if (exited()) return -1;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return -1;
   }
-
-  // Sends `sig` and returns the exit status (-1 if it did not exit in time or died of a signal).
-  int stop(int sig, std::chrono::seconds timeout) {
-    ::kill(pid_, sig);
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
-  std::string log() {
-    std::lock_guard lock(mu_);
-    return log_;
-  }
   const std::string& name() const { return name_; }
 
  private:
-  pid_t pid_ = -1;
-  int fd_ = -1, status_ = 0;
-  bool exited_ = false;
-  std::thread reader_;
-  std::mutex mu_;
-  std::string log_, name_;
+  std::string name_;
 };
 
 TEST(Serve, AnOpenAIClientSessionEndToEnd) {

@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include "cli/trellis_process.h"
 #include "common/files.h"
 #include "common/hashing.h"
 #include "error_of.h"
@@ -27,44 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// A `trellis orchestrator` child process; its stderr is collected on a thread.
-class OrchestratorProcess {
+// A `trellis orchestrator` child process that also finds the URL it announces.
+class OrchestratorProcess : public TrellisProcess {
  public:
-  explicit OrchestratorProcess(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error("pipe failed");
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(fds[1], STDERR_FILENO);
-      const int null = ::open("/dev/null", O_RDWR);
-      ::dup2(null, STDIN_FILENO);
-      ::dup2(null, STDOUT_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<char*> argv{const_cast<char*>(TRELLIS_BIN)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(TRELLIS_BIN, argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    fd_ = fds[0];
-    reader_ = std::thread([this] {
-      char buf[4096];
-      for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) > 0;) {
-        std::lock_guard lock(mu_);
-        log_.append(buf, static_cast<size_t>(n));
-      }
-    });
-  }
-  ~OrchestratorProcess() {
-    if (pid_ > 0 && !exited_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (reader_.joinable()) reader_.join();
-    ::close(fd_);
-  }
+  using TrellisProcess::TrellisProcess;
 
   // The URL in `url_file` once it answers GET /healthz (a file left by a killed process names a
   // dead server), or "" if the process exits or time runs out.
@@ -84,41 +51,11 @@ class OrchestratorProcess {
         auto res = http.Get("/healthz");
         if (res && res->status == 200) return url;
       }
-      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
-        exited_ = true;
-        return "";
-      }
+      if (exited()) return "";
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return "";
   }
-
-  // Sends `sig` and returns the exit status (-1 if it did not exit in time or died of a signal).
-  int stop(int sig, std::chrono::seconds timeout) {
-    ::kill(pid_, sig);
-    const auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -1;
-  }
-
-  std::string log() {
-    std::lock_guard lock(mu_);
-    return log_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int fd_ = -1, status_ = 0;
-  bool exited_ = false;
-  std::thread reader_;
-  std::mutex mu_;
-  std::string log_;
 };
 
 TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
