@@ -2,9 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <map>
-#include <numeric>
 #include <thread>
 
 #include "common/error.h"
@@ -90,10 +88,7 @@ class TrainerService {
       } else {
         m.append(trainer_->step(batch_));
       }
-      m.set("clip/total_frac",
-            m.has("clip/low_frac")
-                ? m.get("clip/low_frac") + m.get("clip/high_frac") + m.get("clip/delta_frac")
-                : 0.0);
+      rl::write_total_clip(m);
       publish(s + 1);
       if (s + 1 == cfg_.steps ||
           (cfg_.checkpoint_every > 0 && (s + 1) % cfg_.checkpoint_every == 0)) {
@@ -107,10 +102,7 @@ class TrainerService {
       } catch (const Error&) {
       }
       log.write(s, m);
-      recent_.push_back(m.get("reward/mean"));
-      if (recent_.size() > 10) recent_.pop_front();
-      m.set("reward/recent", std::accumulate(recent_.begin(), recent_.end(), 0.0) /
-                                 static_cast<double>(recent_.size()));
+      recent_.add(m);
       std::printf("%s\n", rl::console_line(s, cfg_.steps, m, rl::rl_console_fields()).c_str());
       std::fflush(stdout);
     }
@@ -231,7 +223,7 @@ class TrainerService {
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<rl::Trainer> trainer_;
   std::vector<rl::Rollout> batch_;
-  std::deque<double> recent_;
+  rl::RecentReward recent_;
   int64_t start_step_ = 0;
 };
 

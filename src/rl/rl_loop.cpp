@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
-#include <numeric>
 
 #include "common/error.h"
 #include "common/logging.h"
@@ -169,18 +168,11 @@ class RlLoop {
       } else {
         m.append(trainer_->step(batch.rollouts));
       }
-      m.set("clip/total_frac",
-            m.has("clip/low_frac")
-                ? m.get("clip/low_frac") + m.get("clip/high_frac") + m.get("clip/delta_frac")
-                : 0.0);
+      write_total_clip(m);
       engine_->update_weights([](model::Transformer&) {}, s + 1);
       m.set("time/step", now_s() - t0);
       log.write(s, m);
-      // The console also shows the mean reward of the last 10 steps: single steps are noisy.
-      recent_rewards_.push_back(m.get("reward/mean"));
-      if (recent_rewards_.size() > 10) recent_rewards_.pop_front();
-      m.set("reward/recent", std::accumulate(recent_rewards_.begin(), recent_rewards_.end(), 0.0) /
-                                 static_cast<double>(recent_rewards_.size()));
+      recent_rewards_.add(m);
       std::printf("%s\n", console_line(s, cfg_.steps, m, rl_console_fields()).c_str());
       std::fflush(stdout);
       if (s + 1 == cfg_.steps ||
@@ -261,7 +253,7 @@ class RlLoop {
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<engine::Engine> engine_;
   std::deque<Batch> pending_;
-  std::deque<double> recent_rewards_;  // reward/mean of the last 10 steps, for the console
+  RecentReward recent_rewards_;
   int64_t start_step_ = 0;
 };
 

@@ -1,6 +1,7 @@
 #include "rl/sample_stats.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace trellis::rl {
 
@@ -34,6 +35,20 @@ void write_staleness(const std::vector<Rollout>& batch, int64_t step, Metrics& m
   }
   m.set("staleness/mean", count > 0 ? sum / count : 0.0);
   m.set("staleness/max", max);
+}
+
+void write_total_clip(Metrics& m) {
+  m.set("clip/total_frac",
+        m.has("clip/low_frac")
+            ? m.get("clip/low_frac") + m.get("clip/high_frac") + m.get("clip/delta_frac")
+            : 0.0);
+}
+
+void RecentReward::add(Metrics& m) {
+  last_.push_back(m.get("reward/mean"));
+  if (last_.size() > 10) last_.pop_front();
+  m.set("reward/recent",
+        std::accumulate(last_.begin(), last_.end(), 0.0) / static_cast<double>(last_.size()));
 }
 
 const std::vector<ConsoleField>& rl_console_fields() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "rl/metrics_log.h"
@@ -27,6 +28,19 @@ class SampleStats {
 
 // staleness/mean and staleness/max: step − version over every completion token of `batch`.
 void write_staleness(const std::vector<Rollout>& batch, int64_t step, Metrics& m);
+
+// clip/total_frac: the low, high and δ clipping fractions summed (0 for a step without an update).
+void write_total_clip(Metrics& m);
+
+// The console's "10-step mean": add() sets reward/recent to the mean reward/mean of the last 10
+// steps including m's (single steps are noisy). Console only; metrics.jsonl keeps per-step values.
+class RecentReward {
+ public:
+  void add(Metrics& m);
+
+ private:
+  std::deque<double> last_;
+};
 
 // The console fields of an RL step line (`trellis rl` and `trellis trainer`).
 const std::vector<ConsoleField>& rl_console_fields();
