@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/run_dir.h"
 #include "model/presets.h"
+#include "rl/checkpoints.h"
 #include "rl/sft.h"
 #include "run/launcher.h"
 
@@ -18,11 +19,22 @@ namespace {
 
 fs::path self_binary() { return fs::read_symlink("/proc/self/exe"); }
 
-int launch(const Config& config, bool resume) {
+// Runs every role; exits 130 after Ctrl-C (saying how to continue), Error when the trainer failed.
+void launch(const Config& config, bool resume) {
   const auto& stop = stop_requested();
   const fs::path run_dir = make_run_dir(config);
-  return run::launch_run(config, run_dir, {.trellis_binary = self_binary(), .resume = resume},
-                         stop);
+  const int status =
+      run::launch_run(config, run_dir, {.trellis_binary = self_binary(), .resume = resume}, stop);
+  if (status == 130) {
+    if (const auto checkpoint = rl::latest_checkpoint(run_dir / "checkpoints"))
+      std::printf("stopped; `trellis run --run-dir %s --resume` continues from %s\n",
+                  run_dir.c_str(), checkpoint->filename().c_str());
+    else
+      std::printf("stopped before the first checkpoint (trainer.checkpoint_every)\n");
+    std::exit(130);
+  }
+  if (status != 0)
+    fail((run_dir / "logs" / "trainer.log").string(), "the trainer exited with status {}", status);
 }
 
 // The warm start the quickstart trains from: the tiny model after `trellis sft` on the config's
@@ -56,10 +68,7 @@ void add_run_commands(CLI::App& app) {
       "Run every role on this machine: orchestrator, trainer and run.workers inference workers\n"
       "as processes on loopback, with a live view, logs and report.html in the run directory");
   add_run_flags(run, flags);
-  run->callback([] {
-    const int status = launch(flags.resolve(), flags.resume);
-    if (status != 0) throw Error(fmt::format("the run ended with status {}", status));
-  });
+  run->callback([] { launch(flags.resolve(), flags.resume); });
 
   static RunFlags quick;
   static std::string cache = "runs/quickstart-cache";
@@ -80,8 +89,7 @@ void add_run_commands(CLI::App& app) {
     Config config = f.resolve();
     const fs::path warm = warm_start(config, cache);
     config.set_string("model.path", warm.string());
-    const int status = launch(config, f.resume);
-    if (status != 0) throw Error(fmt::format("the run ended with status {}", status));
+    launch(config, f.resume);
   });
 }
 

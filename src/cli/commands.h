@@ -20,7 +20,7 @@ void add_env_commands(CLI::App& app);
 void add_eval_commands(CLI::App& app);  // eval and filter
 void add_sft_command(CLI::App& app);
 void add_rl_command(CLI::App& app);
-void add_rollouts_commands(CLI::App& app);     // rollouts inspect
+void add_rollouts_commands(CLI::App& app);  // rollouts inspect
 void add_orchestrator_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_pipeline_commands(CLI::App& app);  // trainer and infer

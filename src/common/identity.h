@@ -17,7 +17,7 @@ class Identity {
   static Identity generate();
 
   const std::string& address() const { return address_; }  // 64 hex digits
-  std::string sign_hex(std::string_view message) const;     // detached signature, 128 hex digits
+  std::string sign_hex(std::string_view message) const;    // detached signature, 128 hex digits
 
  private:
   std::string secret_;  // 64-byte libsodium secret key

@@ -93,7 +93,7 @@ class Worker {
       }
       run_id_ = status.run_id;
       const int64_t step = status.step;
-      if (step >= status.steps || !hold_policy(step - rl_.async_level)) {
+      if (step >= status.steps || !hold_policy(step - rl_.async_level, status.policy_version)) {
         sleep();
         continue;
       }
@@ -104,12 +104,12 @@ class Worker {
  private:
   void sleep() { std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_)); }
 
-  // Loads the newest published policy if it is newer than the one held; true when the held
-  // version is at least `min_version`.
-  bool hold_policy(int64_t min_version) {
+  // Loads the newest policy the orchestrator has announced (at most `published`) if it is newer
+  // than the one held; true when the held version is at least `min_version`.
+  bool hold_policy(int64_t min_version, int64_t published) {
     const double t0 = now_s();
     try {
-      const auto newest = newest_policy(policy_dir_);
+      const auto newest = newest_policy(policy_dir_, published);
       if (newest && newest->first > version_) load_policy(newest->first, newest->second);
     } catch (const std::exception& e) {  // a version pruned while we read it: try the next one
       log::warn("could not load a policy from {}: {}", policy_dir_.string(), e.what());

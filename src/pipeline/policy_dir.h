@@ -6,15 +6,18 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 
 #include "model/transformer.h"
 
 namespace trellis::pipeline {
 
-// The newest version in `dir` and its directory, if any.
+// The newest version in `dir` that is at most `max_version`, and its directory, if any. Workers
+// pass the orchestrator's published version: a directory the trainer has written but not yet
+// announced would make their uploads look sampled by a future policy.
 std::optional<std::pair<int64_t, std::filesystem::path>> newest_policy(
-    const std::filesystem::path& dir);
+    const std::filesystem::path& dir, int64_t max_version = INT64_MAX);
 
 // Writes `model` as version `version` (tokenizer files copied from `base_model`) and removes all
 // but the newest `keep` versions.

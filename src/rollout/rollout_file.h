@@ -32,8 +32,8 @@ std::string encode_rollout_file(const std::vector<RolloutRecord>& rows, const Ke
 
 struct RolloutFile {
   std::vector<RolloutRecord> rows;
-  KeyValues metadata;      // footer key/value metadata as stored
-  std::string_view body;   // view into the decoded bytes: the signed body
+  KeyValues metadata;     // footer key/value metadata as stored
+  std::string_view body;  // view into the decoded bytes: the signed body
   size_t row_groups = 0;
 };
 
