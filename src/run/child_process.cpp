@@ -48,6 +48,11 @@ void ChildProcess::start() {
   ::close(log_fd);
   pid_ = pid;
   status_.reset();
+  started_at_ = std::chrono::steady_clock::now();
+}
+
+double ChildProcess::seconds_since_start() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count();
 }
 
 std::optional<int> ChildProcess::poll() {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@ class ChildProcess {
   const std::filesystem::path& log() const { return log_; }
   std::vector<std::string>& argv() { return argv_; }
   pid_t pid() const { return pid_; }
+  double seconds_since_start() const;
   // The last `lines` lines of the log, for error messages.
   std::string log_tail(int lines) const;
 
@@ -41,6 +43,7 @@ class ChildProcess {
   std::filesystem::path log_;
   pid_t pid_ = -1;
   std::optional<int> status_;
+  std::chrono::steady_clock::time_point started_at_{};
 };
 
 }  // namespace trellis::run

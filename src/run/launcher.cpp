@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -121,6 +122,7 @@ class Launcher {
     }
     write_report(run_dir_);
     std::printf("report: %s\n", (run_dir_ / "report.html").c_str());
+    std::fflush(stdout);
     return stop_ ? 130 : trainer_status;
   }
 
@@ -166,20 +168,34 @@ class Launcher {
   }
 
   // A worker or the orchestrator that died is restarted (its state survives: the orchestrator's
-  // in SQLite, a worker's in the orchestrator); the count is reported.
+  // in SQLite, a worker's in the orchestrator); the count is reported. One that fails 3 times in
+  // a row within 30 s of starting (a bad configuration, a missing file) ends the run with its
+  // log's last lines instead of restarting forever.
   void supervise() {
     if (auto st = orchestrator_->poll()) {
+      check_crash_loop(*orchestrator_, *st);
       log::warn("orchestrator exited with status {}; restarting it on port {}", *st, port_);
       ++restarts_;
       start_orchestrator();
     }
     for (auto& w : workers_list_) {
       if (auto st = w->poll(); st && *st != 0) {
+        check_crash_loop(*w, *st);
         log::warn("{} exited with status {}; restarting it", w->name(), *st);
         ++restarts_;
         w->start();
       }
     }
+  }
+
+  void check_crash_loop(const ChildProcess& child, int status) {
+    int& failures = quick_failures_[child.name()];
+    failures = child.seconds_since_start() < 30 ? failures + 1 : 0;
+    if (failures >= 3)
+      fail(child.log().string(),
+           "{} exited with status {} {} times in a row within 30 s of starting; the end of its "
+           "log:\n{}",
+           child.name(), status, failures, child.log_tail(10));
   }
 
   // One line when the trainer logged a new step (at most every 2 s; every 30 s while waiting),
@@ -239,6 +255,7 @@ class Launcher {
   LaunchOptions options_;
   const std::atomic<bool>& stop_;
   int64_t workers_ = 1, steps_ = 0, threads_per_role_ = 1, port_ = 0, restarts_ = 0;
+  std::map<std::string, int> quick_failures_;  // consecutive early exits, by role
   std::string url_;
   std::unique_ptr<ChildProcess> orchestrator_, trainer_;
   std::vector<std::unique_ptr<ChildProcess>> workers_list_;

@@ -2,7 +2,8 @@
 // trainer and two inference workers as separate processes on loopback, meeting only through
 // HTTP, signed Parquet rollout files and the policy directory. A short run leaves the run
 // directory the docs describe; a run whose worker and orchestrator are killed (SIGKILL) mid-run
-// is restarted by the launcher, loses no accepted rollout, and completes.
+// is restarted by the launcher, loses no accepted rollout, and completes; a worker that cannot
+// start ends the run with its error.
 #include <signal.h>
 
 #include <chrono>
@@ -183,6 +184,23 @@ TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunComple
   EXPECT_EQ(sha256_hex(client.download(0, first.name)), first.sha256);
   kill_matching("orchestrator " + (run_dir / "config.toml").string(), "TERM");
   EXPECT_EQ(orchestrator.get().status, 0) << "a clean shutdown on SIGTERM";
+}
+
+TEST_F(Pipeline, AWorkerThatCannotStartEndsTheRunWithItsError) {
+  // A configuration only workers read is wrong: rather than restarting them forever, the launcher
+  // stops after 3 quick failures in a row and shows why, and no process is left behind.
+  const fs::path model = dir_ / "untrained", run_dir = dir_ / "bad-worker";
+  ASSERT_EQ(run_trellis("model init --preset tiny --out " + model.string()).status, 0);
+  const auto r = run_trellis("run " + example() + " --set model.path=" + model.string() +
+                             " --set infer.groups_per_submission=0 --run-dir " + run_dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "3 times in a row");
+  EXPECT_CONTAINS(r.output, "infer.groups_per_submission");
+  EXPECT_NE(
+      std::system(("pgrep -f " + quoted("^" + std::string(TRELLIS_BIN) + " .*" + run_dir.string()))
+                      .c_str()),
+      0)
+      << "a role outlived the launcher";
 }
 
 }  // namespace
