@@ -34,6 +34,8 @@ std::optional<int64_t> step_of(const fs::path& dir) {
   return step;
 }
 
+}  // namespace
+
 std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
@@ -45,8 +47,6 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints_in(const fs::path& dir) {
   std::sort(found.begin(), found.end());
   return found;
 }
-
-}  // namespace
 
 void write_model_dir(const model::Transformer& model, const fs::path& base_model_dir, fs::path out,
                      const std::function<void(const fs::path& dir)>& also) {

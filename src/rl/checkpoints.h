@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "common/json.h"
 #include "model/transformer.h"
@@ -38,6 +40,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_d
 
 // Removes all but the newest `keep` step_<N> directories (keep <= 0: none removed).
 void prune_checkpoints(const std::filesystem::path& checkpoints_dir, int64_t keep);
+
+// Every step_<N> directory in `dir` as (N, path), by N ascending; none when `dir` is absent.
+// Temporary and old copies (".step_<N>.tmp") are not listed.
+std::vector<std::pair<int64_t, std::filesystem::path>> checkpoints_in(
+    const std::filesystem::path& dir);
 
 // The step_<N> directory with the largest N, if any.
 std::optional<std::filesystem::path> latest_checkpoint(
