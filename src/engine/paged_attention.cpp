@@ -412,7 +412,7 @@ bool has_avx512() {
 bool kernel_supports(torch::ScalarType dtype, int64_t hd) {
   if (dtype == torch::kFloat32) return true;
 #ifdef TRELLIS_HAVE_AVX512_PATH
-  return dtype == torch::kBFloat16 && (hd == 64 || hd == 128) && vec::has_avx512_bf16();
+  return dtype == torch::kBFloat16 && (hd == 32 || hd == 64 || hd == 128) && vec::has_avx512_bf16();
 #else
   return false;
 #endif
@@ -512,6 +512,7 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
 #ifdef TRELLIS_HAVE_AVX512_PATH
     if (bf16) {
       // kernel_supports() admitted only these head sizes.
+      if (hd == 32) return attend_bf16_dp<2>(b, e - b, a);
       return hd == 64 ? attend_bf16_dp<4>(b, e - b, a) : attend_bf16_dp<8>(b, e - b, a);
     }
     if (has_avx512()) return attend_f32_avx512(b, e - b, a);

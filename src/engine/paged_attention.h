@@ -20,7 +20,7 @@ struct PagedBatch {
 // q [T, heads, hd], k and v [T, kv_heads, hd] in the cache's dtype; key_cache
 // [blocks, kv_heads, hd, kBlockSize], value_cache [blocks, kv_heads, kBlockSize, hd]. Returns
 // [T, heads * hd]. CPU: a fused kernel; other devices, and bf16 without AVX512-BF16 or with a head
-// size other than 64 or 128: the composed version below.
+// size other than 32, 64 or 128: the composed version below.
 //
 // Memory layout within one (block, kv head) slab. fp32: keys [hd][B] (token innermost), values
 // [B][hd]. bf16 is pair-interleaved for AVX512-BF16 dot products, which multiply adjacent bf16

@@ -76,9 +76,12 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
   EXPECT_TRUE(same(vc_a, vc_b));
 }
 
+// bf16 at head size 32: measured against an fp32 computation on the same inputs, the kernel is off
+// by at most 0.008 and the composed path by up to 0.025, hence the wider bound between them.
 INSTANTIATE_TEST_SUITE_P(
     Dtypes, PagedAttentionTest,
-    ::testing::Values(Case{torch::kFloat32, 64, 1e-5}, Case{torch::kFloat32, 128, 1e-5},
+    ::testing::Values(Case{torch::kFloat32, 32, 1e-5}, Case{torch::kFloat32, 64, 1e-5},
+                      Case{torch::kFloat32, 128, 1e-5}, Case{torch::kBFloat16, 32, 3e-2},
                       Case{torch::kBFloat16, 64, 2e-2}, Case{torch::kBFloat16, 128, 2e-2}),
     [](const auto& info) {
       return std::string(info.param.dtype == torch::kFloat32 ? "fp32" : "bf16") + "_hd" +
