@@ -94,6 +94,10 @@ policy_dir = ""         # where the trainer publishes policy versions; "" = <run
 groups_per_submission = 4  # prompt groups (of rl.group_size completions) per uploaded file
 dataset_size = 1000000  # with generated tasks: prompts are drawn from task indices [0, this)
 poll_s = 0.5            # seconds between polls of the step counter while waiting
+partial_rollouts = false  # C3PO++ (specs/rl.md §6): keep completions in flight across versions
+inflight_completions = 0  # Ω: completions in flight; 0 = groups_per_submission x rl.group_size
+token_budget = 256      # Φ: finished tokens per iteration; then new weights, refill, uploads
+max_retention = 0       # σ: purge completions spanning more policy versions; 0 = rl.async_level + 1
 
 [sft]                   # `trellis sft`: supervised warm start on (prompt, completion) pairs
 data = ""               # JSONL of {"prompt", "completion"}; "" = the environment's generated tasks

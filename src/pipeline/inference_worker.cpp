@@ -1,12 +1,11 @@
 #include "pipeline/inference_worker.h"
 
 #include <chrono>
-#include <cstring>
+#include <deque>
 #include <map>
 #include <thread>
 
 #include "common/error.h"
-#include "common/hashing.h"
 #include "common/identity.h"
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -14,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "model/prompting.h"
 #include "orchestrator/client.h"
+#include "pipeline/partial_rollouts.h"
 #include "pipeline/policy_dir.h"
 #include "pipeline/rollout_rows.h"
 #include "rl/advantages.h"
@@ -30,15 +30,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// The sampling seed of a submission's completions: from the same hash as its prompts, so a
-// validator can recompute both from (address, step, submission).
-uint64_t sampling_seed(const std::string& address, int64_t step, int64_t submission) {
-  const Sha256 h = sha256(fmt::format("{}:{}:{}:sampling", address, step, submission));
-  uint64_t seed;
-  std::memcpy(&seed, h.data(), sizeof seed);
-  return seed >> 1;  // fits the file's int64 column
 }
 
 class Worker {
@@ -58,6 +49,8 @@ class Worker {
     if (policy_dir_.empty()) policy_dir_ = run_dir / "policy";
     groups_per_submission_ = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
     poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
+    partial_ = config.get<bool>("infer.partial_rollouts");
+    partial_options_ = PartialRolloutOptions::from_config(config);
     environment_ = env::make_environment(config);
     // Every worker and validator must see the same task list: the run's task seed.
     tasks_ = std::make_unique<rl::TaskSource>(*environment_, config, rl_.seed);
@@ -71,6 +64,12 @@ class Worker {
       fail("model.path", "no model: set [model] path (the tokenizer and architecture)");
     log::info("worker {} ({}), orchestrator {}, policies from {}", name_, identity_->address(),
               client_.base_url(), policy_dir_.string());
+    if (partial_) {
+      log::info(
+          "C3PO++ partial rollouts: {} completions in flight, {} tokens per iteration, "
+          "retention {} versions",
+          partial_options_.inflight, partial_options_.token_budget, partial_options_.max_retention);
+    }
   }
 
   void run() {
@@ -97,7 +96,11 @@ class Worker {
         sleep();
         continue;
       }
-      submit_one(step);
+      if (partial_) {
+        iterate_partial(step);
+      } else {
+        generate_plain(step);
+      }
     }
   }
 
@@ -126,11 +129,18 @@ class Worker {
       prompting_ =
           std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
       engine::EngineOptions eo;
-      eo.max_num_seqs = groups_per_submission_ * rl_.group_size;
+      eo.max_num_seqs =
+          partial_ ? partial_options_.inflight : groups_per_submission_ * rl_.group_size;
+      eo.max_retention = partial_ ? partial_options_.max_retention : 0;
       eo.vocab_limit = prompting_->tok.vocab_size();
       eo.kv_cache_mib = 1024;
       engine_ = std::make_unique<engine::Engine>(*model_, eo);
       engine_->update_weights([](model::Transformer&) {}, version);
+      if (partial_) {
+        pool_ = std::make_unique<PartialRolloutPool>(*engine_, *prompting_, *environment_, *tasks_,
+                                                     dataset_size_, identity_->address(),
+                                                     rollout_options(), partial_options_);
+      }
     } else {
       engine_->update_weights(
           [&](model::Transformer& m) {
@@ -154,7 +164,19 @@ class Worker {
     return next_submission_[step] = next;
   }
 
-  void submit_one(int64_t step) {
+  rl::RolloutOptions rollout_options() const {
+    rl::RolloutOptions o;
+    o.group_size = rl_.group_size;
+    o.max_tokens = rl_.max_tokens;
+    o.sampling.temperature = rl_.temperature;
+    o.system_prompt = system_prompt_;
+    o.length = length_;
+    o.zero_truncated = rl_.zero_truncated;
+    return o;
+  }
+
+  // Plain mode: one submission's groups, drawn for (step, submission), generated to the end.
+  void generate_plain(int64_t step) {
     int64_t submission;
     try {
       submission = next_submission(step);
@@ -163,22 +185,57 @@ class Worker {
       sleep();
       return;
     }
-    const double t0 = now_s();
     const auto indices = rollout::sample_prompt_indices(identity_->address(), step, submission,
                                                         groups_per_submission_, dataset_size_);
     std::vector<env::Task> tasks;
     for (int64_t i : indices) tasks.push_back(tasks_->at(i, "fixed data sampling"));
-    rl::RolloutOptions o;
-    o.group_size = rl_.group_size;
-    o.max_tokens = rl_.max_tokens;
-    o.sampling.temperature = rl_.temperature;
-    o.seed = sampling_seed(identity_->address(), step, submission);
-    o.system_prompt = system_prompt_;
-    o.length = length_;
-    o.zero_truncated = rl_.zero_truncated;
+    auto o = rollout_options();
+    o.seed = rollout::sampling_seed(identity_->address(), step, submission);
+    const double t0 = now_s();
     auto groups = rl::generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
+    generating_s_ += now_s() - t0;
+    submit(step, submission, std::move(groups), std::move(tasks));
+  }
+
+  // C3PO++ mode: one pool iteration; whole groups wait in ready_ until a file's worth is there.
+  // A group holding a token older than step − async_level can never be accepted: the pool aborts
+  // it in flight, and a finished one is dropped from ready_.
+  void iterate_partial(int64_t step) {
+    IterationStats it;
+    const double t0 = now_s();
+    for (auto& g : pool_->iterate(step, step - rl_.async_level, &it))
+      ready_.push_back(std::move(g));
+    generating_s_ += now_s() - t0;
+    purged_groups_ += it.purged_groups;
+    stale_groups_ += it.stale_groups;
+    stale_groups_ += std::erase_if(
+        ready_, [&](const DrawnGroup& g) { return g.oldest_version() < step - rl_.async_level; });
+    while (static_cast<int64_t>(ready_.size()) >= groups_per_submission_ && !stop_) {
+      int64_t submission;
+      try {
+        submission = next_submission(step);
+      } catch (const Error& e) {
+        log::warn("{}", e.what());
+        return;  // the groups stay ready
+      }
+      std::vector<rl::RolloutGroup> groups;
+      std::vector<env::Task> tasks;
+      for (int64_t i = 0; i < groups_per_submission_; ++i) {
+        DrawnGroup& g = ready_.front();
+        groups.push_back(std::move(g.group));
+        tasks.push_back(std::move(g.task));
+        tasks.back().task_id = rollout::drawn_task_id(tasks.back().task_id, g.draw);
+        ready_.pop_front();
+      }
+      submit(step, submission, std::move(groups), std::move(tasks));
+    }
+  }
+
+  // Sets the group advantages, writes the signed file and uploads it.
+  void submit(int64_t step, int64_t submission, std::vector<rl::RolloutGroup> groups,
+              std::vector<env::Task> tasks) {
     double reward = 0, tokens = 0, samples = 0;
-    int64_t signal_groups = 0;
+    int64_t signal_groups = 0, oldest = INT64_MAX, newest = 0;
     for (auto& g : groups) {
       std::vector<double> rewards;
       for (const auto& r : g.rollouts) {
@@ -186,28 +243,46 @@ class Worker {
         reward += r.reward;
         tokens += static_cast<double>(r.tokens());
         samples += 1;
+        for (int64_t v : r.versions) {
+          oldest = std::min(oldest, v);
+          newest = std::max(newest, v);
+        }
       }
       const auto adv = rl::group_advantages(rewards, rl_.normalize_std);
       signal_groups += rl::has_signal(adv);
       for (size_t i = 0; i < adv.size(); ++i) g.rollouts[i].advantage = adv[i];
     }
+    if (oldest > newest) oldest = newest = version_;  // only empty completions
     const SubmissionKey key{run_id_, identity_->address(), static_cast<int32_t>(step),
                             static_cast<int32_t>(submission)};
     const rollout::KeyValues metadata = {
         {"trellis.model", base_model_.filename().string()},
-        {"trellis.policy_versions", fmt::format("{}-{}", version_, version_)},
+        {"trellis.policy_versions", fmt::format("{}-{}", oldest, newest)},
         {"trellis.node_address", identity_->address()}};
     const std::string file = rollout::encode_rollout_file(to_records(key, groups, tasks), metadata,
                                                           rollout::sign_body_with(*identity_));
-    const double generated = now_s() - t0;
+    // Since the last file: completions decoding per engine forward (the batch the tail leaves) and
+    // prompt tokens prefilled (C3PO++ re-prefills what is in flight at each new policy version).
+    const auto engine_stats = engine_->stats();
+    const double decode_batch =
+        static_cast<double>(engine_stats.tokens_generated - last_file_stats_.tokens_generated) /
+        static_cast<double>(std::max<int64_t>(1, engine_stats.steps - last_file_stats_.steps));
+    const int64_t prefilled = engine_stats.prompt_tokens - last_file_stats_.prompt_tokens;
+    last_file_stats_ = engine_stats;
     next_submission_[step] = submission + 1;
     upload(step, submission, file);
     log::info(
-        "step {} submission {}: version {}, {} groups ({} with signal), reward {:.3f}, "
-        "{:.0f} tokens in {:.1f} s ({:.0f} tok/s), waited {:.1f} s for weights",
-        step, submission, version_, groups.size(), signal_groups, reward / std::max(1.0, samples),
-        tokens, generated, tokens / std::max(1e-9, generated), waited_for_weights_);
+        "step {} submission {}: versions {}-{}, {} groups ({} with signal), reward {:.3f}, "
+        "{:.0f} tokens, {:.3f} s generating, decode batch {:.1f}, {} prefilled, waited {:.1f} s "
+        "for weights{}",
+        step, submission, oldest, newest, groups.size(), signal_groups,
+        reward / std::max(1.0, samples), tokens, generating_s_, decode_batch, prefilled,
+        waited_for_weights_,
+        partial_ ? fmt::format(", {} groups dropped (purged {}, stale {})",
+                               purged_groups_ + stale_groups_, purged_groups_, stale_groups_)
+                 : "");
     waited_for_weights_ = 0;
+    generating_s_ = 0;
   }
 
   // Uploads until the orchestrator answers: a refusal (the step filled meanwhile, a rejected
@@ -251,6 +326,14 @@ class Worker {
   std::unique_ptr<engine::Engine> engine_;
   int64_t version_ = -1;
   std::map<int64_t, int64_t> next_submission_;
+  double generating_s_ = 0;  // in the engine and scoring since the last file
+  engine::EngineStats last_file_stats_;
+  // C3PO++ mode
+  bool partial_ = false;
+  PartialRolloutOptions partial_options_;
+  std::unique_ptr<PartialRolloutPool> pool_;
+  std::deque<DrawnGroup> ready_;
+  int64_t purged_groups_ = 0, stale_groups_ = 0;
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 // draws its prompts by fixed data sampling (specs/toploc.md §5) from (its address, step,
 // submission number), generates G completions per prompt with the rollout engine, scores them,
 // computes group advantages, writes one signed Parquet file per submission and uploads it.
+// With infer.partial_rollouts it runs C3PO++ instead (partial_rollouts.h): Ω completions stay in
+// flight across policy versions and each file takes the next whole groups.
 // It survives an orchestrator restart (retries with the same file) and stops when the run is
 // done or on SIGINT/SIGTERM.
 #pragma once

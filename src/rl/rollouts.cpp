@@ -1,8 +1,10 @@
 #include "rl/rollouts.h"
 
+#include <algorithm>
+
 #include "common/json.h"
 #include "common/logging.h"
-#include "common/worker_pool.h"
+#include "rl/rollout_collector.h"
 
 namespace trellis::rl {
 
@@ -38,49 +40,10 @@ std::vector<RolloutGroup> generate_rollouts(engine::Engine& engine,
   if (!prompting.chat) {
     log::warn("the model has no chat template ({}); prompts are plain text", prompting.chat_error);
   }
-  const auto stop_ids = prompting.chat ? prompting.chat_stop_ids() : prompting.stop_ids;
+  RolloutCollector collector(engine, prompting, environment, options);
   const int64_t g = options.group_size;
-  // Greedy decoding scores tokens under the untempered softmax (sampler.h).
-  const double temperature = options.sampling.temperature > 0 ? options.sampling.temperature : 1.0;
-  std::vector<RolloutGroup> groups(tasks.size());
-  WorkerPool scorers(0);
   for (size_t t = 0; t < tasks.size(); ++t) {
-    auto& group = groups[t];
-    group.task_index = static_cast<int64_t>(t);
-    group.rollouts.resize(g);
-    const uint64_t seed = options.seed + t * g;
-    group.length_target = options.length.draw_target(seed);
-    const auto messages = environment.build_prompt(
-        tasks[t], {.system_prompt = options.system_prompt, .length_target = group.length_target});
-    engine::Request r;
-    r.id = std::to_string(t);
-    r.prompt = encode_prompt(prompting, messages);
-    r.n = g;
-    r.max_tokens = options.max_tokens;
-    r.stop_ids = stop_ids;
-    r.sampling = options.sampling;
-    r.seed = seed;
-    // on_finish runs on this thread inside engine.step(); the scorer writes only its own slot.
-    engine.add(std::move(r), {.on_token = {}, .on_finish = [&, t](engine::Completion c) {
-                                Rollout& ro = groups[t].rollouts[c.index];
-                                ro.sequence.prompt = std::move(c.prompt);
-                                ro.sequence.completion = std::move(c.tokens);
-                                ro.sequence.temperature = temperature;
-                                ro.logprobs = std::move(c.logprobs);
-                                ro.versions = std::move(c.versions);
-                                ro.seed = c.seed;
-                                ro.finish = engine::finish_name(c.finish);
-                                ro.text = json_safe_text(prompting.tok.decode(
-                                    ro.sequence.completion, /*skip_special=*/true));
-                                scorers.submit([&, t, &ro = ro] {
-                                  const auto score = environment.score(tasks[t], ro.text);
-                                  ro.task_reward = score.reward;
-                                  ro.reason = score.reason;
-                                  ro.reward = training_reward(options, score.reward,
-                                                              groups[t].length_target, ro.finish,
-                                                              ro.tokens());
-                                });
-                              }});
+    collector.add(tasks[t], static_cast<int64_t>(t), options.seed + t * g);
   }
   const int64_t total = static_cast<int64_t>(tasks.size()) * g;
   const auto before = engine.stats();  // the engine may have served earlier calls
@@ -89,11 +52,13 @@ std::vector<RolloutGroup> generate_rollouts(engine::Engine& engine,
     if (options.on_progress) {
       const auto stats = engine.stats();
       options.on_progress(
-          stats.completions_finished - before.completions_finished - scorers.pending(), total,
+          stats.completions_finished - before.completions_finished - collector.scoring(), total,
           stats.tokens_generated - before.tokens_generated);
     }
   }
-  scorers.wait();
+  auto groups = collector.take(/*wait=*/true);
+  std::sort(groups.begin(), groups.end(),
+            [](const auto& a, const auto& b) { return a.task_index < b.task_index; });
   if (options.on_progress) {
     options.on_progress(total, total, engine.stats().tokens_generated - before.tokens_generated);
   }

@@ -67,8 +67,8 @@ double training_reward(const RolloutOptions& options, double task_reward, int64_
 std::vector<int32_t> encode_prompt(const model::Prompting& prompting,
                                    const std::vector<env::Message>& messages);
 
-// Runs every task to completion; groups in task order. Completions with no tokens (possible only
-// when aborted) get reward 0.
+// Runs every task to completion (a RolloutCollector over the whole batch); groups in task order.
+// Aborted completions are not scored and get reward 0.
 std::vector<RolloutGroup> generate_rollouts(engine::Engine& engine,
                                             const model::Prompting& prompting,
                                             const env::Environment& environment,

@@ -1,5 +1,6 @@
 #include "rollout/data_sampling.h"
 
+#include <charconv>
 #include <cstring>
 
 #include "common/error.h"
@@ -25,6 +26,34 @@ std::vector<int64_t> sample_prompt_indices(const std::string& node_address, int6
     out.push_back(static_cast<int64_t>(scaled >> 64));
   }
   return out;
+}
+
+uint64_t sampling_seed(const std::string& node_address, int64_t step, int64_t submission) {
+  const Sha256 h = sha256(fmt::format("{}:{}:{}:sampling", node_address, step, submission));
+  uint64_t seed;
+  std::memcpy(&seed, h.data(), sizeof seed);
+  return seed >> 1;
+}
+
+std::string drawn_task_id(const std::string& task_id, const DrawCoordinates& draw) {
+  return fmt::format("{}@{}:{}:{}", task_id, draw.step, draw.submission, draw.index);
+}
+
+std::optional<std::pair<std::string, DrawCoordinates>> parse_drawn_task_id(
+    const std::string& task_id) {
+  const size_t at = task_id.rfind('@');
+  if (at == std::string::npos) return std::nullopt;
+  int64_t parts[3];
+  const char* p = task_id.data() + at + 1;
+  const char* end = task_id.data() + task_id.size();
+  for (int i = 0; i < 3; ++i) {
+    const auto [next, ec] = std::from_chars(p, end, parts[i]);
+    const bool last = i == 2;
+    if (ec != std::errc() || parts[i] < 0 || (last ? next != end : next == end || *next != ':'))
+      return std::nullopt;
+    p = next + 1;
+  }
+  return std::make_pair(task_id.substr(0, at), DrawCoordinates{parts[0], parts[1], parts[2]});
 }
 
 }  // namespace trellis::rollout

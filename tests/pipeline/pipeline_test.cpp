@@ -2,8 +2,9 @@
 // trainer and two inference workers as separate processes on loopback, meeting only through
 // HTTP, signed Parquet rollout files and the policy directory. A short run leaves the run
 // directory the docs describe; a run whose worker and orchestrator are killed (SIGKILL) mid-run
-// is restarted by the launcher, loses no accepted rollout, and completes; a worker that cannot
-// start ends the run with its error.
+// is restarted by the launcher, loses no accepted rollout, and completes; a C3PO++ worker fills
+// the steps with groups that name their draws; a worker that cannot start ends the run with its
+// error.
 #include <signal.h>
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "common/files.h"
 #include "common/hashing.h"
 #include "orchestrator/client.h"
+#include "rollout/data_sampling.h"
 #include "rollout/rollout_file.h"
 
 namespace trellis::test {
@@ -144,6 +146,37 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   }
   EXPECT_GE(files, 2 * steps);  // at least 64 samples per step, in files of 16
   EXPECT_EQ(nodes.size(), 2u) << "both workers contributed";
+}
+
+// C3PO++ workers (infer.partial_rollouts): every step fills, every group names the draw its
+// prompt came from, and every token was sampled within the async window.
+TEST_F(Pipeline, PartialRolloutWorkerFillsEveryStepWithGroupsNamingTheirDraws) {
+  const fs::path run_dir = dir_ / "partial";
+  const int steps = 3;
+  const auto r = run_trellis(run_args(run_dir, steps) +
+                             " --set run.workers=1 --set infer.partial_rollouts=true" +
+                             " --set infer.token_budget=64");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto rows = read_jsonl(run_dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), static_cast<size_t>(steps));
+  for (const auto& row : rows) EXPECT_EQ(row["samples"].get<double>(), 64);
+  EXPECT_CONTAINS(read_file(run_dir / "logs" / "worker-0.log"), "C3PO++ partial rollouts");
+  int files = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(run_dir / "rollouts")) {
+    if (entry.path().extension() != ".parquet") continue;
+    std::string bytes;
+    for (const auto& row : rollout::read_rollout_file(entry.path().string(), bytes).rows) {
+      const auto draw = rollout::parse_drawn_task_id(row.task_id);
+      ASSERT_TRUE(draw) << row.task_id;
+      EXPECT_LE(draw->second.step, row.step) << row.task_id;
+      for (int32_t v : row.token_versions) {
+        EXPECT_GE(v, row.step - 2);  // rl.async_level
+        EXPECT_LE(v, row.step);
+      }
+    }
+    ++files;
+  }
+  EXPECT_GE(files, 2 * steps);
 }
 
 TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunCompletes) {

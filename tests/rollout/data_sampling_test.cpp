@@ -1,5 +1,6 @@
 // Fixed data sampling: the indices are a pure function of (address, step, submission), spread
-// over the whole dataset, and match an independent recomputation of the documented recipe.
+// over the whole dataset, and match an independent recomputation of the documented recipe; the
+// sampling seed is the documented hash; partial-rollout task_ids carry their draw.
 #include "rollout/data_sampling.h"
 
 #include <gtest/gtest.h>
@@ -58,6 +59,30 @@ TEST(DataSampling, CoversTheDatasetWithReplacement) {
 
 TEST(DataSampling, EmptyDatasetIsAnError) {
   EXPECT_THROW(sample_prompt_indices(kAddress, 0, 0, 1, 0), Error);
+}
+
+// Python: int.from_bytes(hashlib.sha256(b"c"*64 + b":12:3:sampling").digest()[:8], "little") >> 1
+TEST(DataSampling, SamplingSeedIsTheDocumentedHash) {
+  EXPECT_EQ(sampling_seed(std::string(64, 'c'), 12, 3), 1006325628405224674u);
+  EXPECT_NE(sampling_seed(std::string(64, 'c'), 12, 4), sampling_seed(std::string(64, 'c'), 12, 3));
+}
+
+TEST(DataSampling, DrawnTaskIdsRoundTripAndPlainIdsHaveNoDraw) {
+  const DrawCoordinates draw{12, 3, 5};
+  const std::string id = drawn_task_id("reverse_text-d1-00ff", draw);
+  EXPECT_EQ(id, "reverse_text-d1-00ff@12:3:5");
+  const auto parsed = parse_drawn_task_id(id);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->first, "reverse_text-d1-00ff");
+  EXPECT_EQ(parsed->second, draw);
+  // A dataset's own '@' stays part of the id; only a trailing draw is split off.
+  const auto nested = parse_drawn_task_id(drawn_task_id("user@example", draw));
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->first, "user@example");
+  for (const char* plain : {"reverse_text-d1-00ff", "user@example", "a@1:2", "a@1:2:3:4",
+                            "a@1:-2:3", "a@1:2:x", "a@:2:3", "a@1:2:3 ", "a@+1:2:3"}) {
+    EXPECT_FALSE(parse_drawn_task_id(plain)) << plain;
+  }
 }
 
 }  // namespace
