@@ -1,5 +1,5 @@
-// `trellis bench train | generate | verify`: training throughput and MFU, rollout engine speed, and
-// verifier throughput on this machine.
+// `trellis bench train | generate | rollouts | verify`: training throughput and MFU, rollout engine
+// speed, the rollout phase of plain vs C3PO++ workers, and verifier throughput on this machine.
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -9,6 +9,7 @@
 #include "env/registry.h"
 #include "env/verify_bench.h"
 #include "model/checkpoint.h"
+#include "pipeline/rollout_bench.h"
 #include "rl/train_bench.h"
 
 namespace trellis::cli {
@@ -88,6 +89,51 @@ void run_bench_generate(const BenchGenerateFlags& f) {
       static_cast<long long>(r.prompt_tokens), static_cast<long long>(r.decode_steps), r.decode_s);
 }
 
+struct BenchRolloutsFlags {
+  std::string model;
+  EnvFlags env;
+  pipeline::RolloutBenchOptions options;
+  ComputeFlags compute;
+};
+
+void run_bench_rollouts(const BenchRolloutsFlags& f) {
+  const Config config = f.env.config();
+  auto compute = setup_compute(f.compute);
+  auto transformer = model::load_transformer(f.model, compute);
+  auto o = f.options;
+  if (o.groups_per_step == 0) {
+    o.groups_per_step = std::max<int64_t>(
+        1, config.get<int64_t>("rl.batch_size") / config.get<int64_t>("rl.group_size"));
+  }
+  std::printf(
+      "bench rollouts: %s, %s, %d threads; %lld steps of %lld groups of %lld, max_tokens %lld\n",
+      f.model.c_str(), compute.describe().c_str(), torch::get_num_threads(),
+      static_cast<long long>(o.steps), static_cast<long long>(o.groups_per_step),
+      static_cast<long long>(config.get<int64_t>("rl.group_size")),
+      static_cast<long long>(config.get<int64_t>("rl.max_tokens")));
+  std::printf("%-7s %9s %9s %12s %13s %14s %10s %11s %8s\n", "mode", "s/step", "tokens/s",
+              "decode batch", "forwards/step", "prefilled/step", "tokens/step", "mean length",
+              "dropped");
+  for (const bool partial : {false, true}) {
+    o.partial = partial;
+    const auto r = pipeline::bench_rollouts(
+        *transformer, f.model, config, o, [&](int64_t step, double seconds) {
+          std::fprintf(stderr, "\r  %s step %lld/%lld: %.2f s  ", partial ? "c3po" : "plain",
+                       static_cast<long long>(step + 1), static_cast<long long>(o.steps), seconds);
+          std::fflush(stderr);
+        });
+    std::fprintf(stderr, "\r%60s\r", "");
+    const double steps = static_cast<double>(r.steps);
+    std::printf(
+        "%-7s %9.3f %9.0f %12.1f %13.0f %14.0f %10.0f %11.1f %8lld\n", partial ? "c3po" : "plain",
+        r.seconds / steps, static_cast<double>(r.tokens) / r.seconds,
+        static_cast<double>(r.tokens) / static_cast<double>(std::max<int64_t>(1, r.forwards)),
+        static_cast<double>(r.forwards) / steps, static_cast<double>(r.prefilled) / steps,
+        static_cast<double>(r.tokens) / steps, r.completion_tokens,
+        static_cast<long long>(r.dropped_groups));
+  }
+}
+
 struct BenchVerifyFlags {
   EnvFlags env;
   env::VerifyBenchOptions options;
@@ -163,6 +209,23 @@ void add_bench_commands(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   gen->add_option("--seed", g.options.seed, "prompt and sampling seed")->capture_default_str();
   add_compute_flags(gen, g.compute);
+
+  static BenchRolloutsFlags ro;
+  auto* rollouts = bench->add_subcommand(
+      "rollouts",
+      "The rollout phase of RL steps, plain vs C3PO++ workers: seconds per step, decode batch");
+  rollouts->add_option("--model", ro.model, "Hugging Face model directory")->required();
+  add_env_flags(rollouts, ro.env, /*env_required=*/false);
+  rollouts->add_option("--steps", ro.options.steps, "rollout steps per mode")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  ro.options.groups_per_step = 0;
+  rollouts
+      ->add_option("--groups-per-step", ro.options.groups_per_step,
+                   "whole groups each step needs; default rl.batch_size / rl.group_size")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  add_compute_flags(rollouts, ro.compute);
+  rollouts->callback([] { run_bench_rollouts(ro); });
 
   static BenchVerifyFlags v;
   auto* verify = bench->add_subcommand(

@@ -200,6 +200,18 @@ TEST_F(CliModel, BenchGenerateReportsThroughputAndUtilisation) {
   EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
 }
 
+TEST_F(CliModel, BenchRolloutsComparesPlainAndPartialWorkers) {
+  auto r = run_trellis("bench rollouts --model " + dir_.string() +
+                       " --env reverse_text --set rl.group_size=2 --set rl.max_tokens=8" +
+                       " --set infer.groups_per_submission=2 --steps 2 --groups-per-step 4");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "2 steps of 4 groups of 2, max_tokens 8");
+  EXPECT_CONTAINS(r.output, "decode batch");
+  EXPECT_CONTAINS(r.output, "\nplain ");
+  EXPECT_CONTAINS(r.output, "\nc3po ");
+  EXPECT_EQ(r.output.find("nan"), std::string::npos) << r.output;
+}
+
 TEST_F(CliModel, BenchTrainReportsThroughputAndUtilisation) {
   auto r = run_trellis("bench train --model " + dir_.string() +
                        " --batch 4 --prompt-len 16 --completion-len 16 --steps 2");

@@ -1,0 +1,108 @@
+#include "pipeline/rollout_bench.h"
+
+#include <chrono>
+
+#include "env/registry.h"
+#include "model/prompting.h"
+#include "pipeline/partial_rollouts.h"
+#include "rl/rl_loop.h"
+#include "rl/rollouts.h"
+#include "rl/task_source.h"
+#include "rollout/data_sampling.h"
+
+namespace trellis::pipeline {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+const std::string kAddress = "bench";  // fixed data sampling's address for both modes
+
+}  // namespace
+
+RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& model_dir,
+                                  const Config& config, const RolloutBenchOptions& options,
+                                  const std::function<void(int64_t, double)>& on_step) {
+  const auto rl = rl::RlLoopConfig::from_config(config);
+  const auto environment = env::make_environment(config);
+  const rl::TaskSource tasks(*environment, config, rl.seed);
+  const int64_t dataset_size = tasks.dataset_size() > 0
+                                   ? tasks.dataset_size()
+                                   : config.get_at_least<int64_t>("infer.dataset_size", 1);
+  const auto prompting = model::Prompting::load(model_dir, model.config());
+  const int64_t per_submission = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
+  const auto partial = PartialRolloutOptions::from_config(config);
+
+  rl::RolloutOptions ro;
+  ro.group_size = rl.group_size;
+  ro.max_tokens = rl.max_tokens;
+  ro.sampling.temperature = rl.temperature;
+  ro.system_prompt = config.get<std::string>("env.system_prompt");
+  ro.length = env::LengthReward::from_config(config);
+  ro.zero_truncated = rl.zero_truncated;
+
+  engine::EngineOptions eo;
+  eo.max_num_seqs = options.partial ? partial.inflight : per_submission * rl.group_size;
+  eo.max_retention = options.partial ? partial.max_retention : 0;
+  eo.vocab_limit = prompting.tok.vocab_size();
+  eo.kv_cache_mib = 1024;
+  engine::Engine engine(model, eo);
+  std::unique_ptr<PartialRolloutPool> pool;
+  if (options.partial) {
+    pool = std::make_unique<PartialRolloutPool>(engine, prompting, *environment, tasks,
+                                                dataset_size, kAddress, ro, partial);
+  }
+
+  RolloutBenchResult r;
+  double completion_tokens = 0, completions = 0;
+  const auto count = [&](const rl::RolloutGroup& g) {
+    ++r.groups;
+    for (const auto& ro : g.rollouts) {
+      completion_tokens += static_cast<double>(ro.tokens());
+      completions += 1;
+    }
+  };
+  const auto before = engine.stats();
+  for (int64_t step = 0; step < options.steps; ++step) {
+    const double t0 = now_s();
+    int64_t done = 0;
+    if (pool) {
+      while (done < options.groups_per_step) {
+        IterationStats it;
+        for (const auto& g : pool->iterate(step, 0, &it)) {
+          count(g.group);
+          ++done;
+        }
+        r.dropped_groups += it.purged_groups + it.stale_groups;
+      }
+    } else {
+      for (int64_t submission = 0; done < options.groups_per_step; ++submission) {
+        const auto indices = rollout::sample_prompt_indices(kAddress, step, submission,
+                                                            per_submission, dataset_size);
+        std::vector<env::Task> batch;
+        for (int64_t i : indices) batch.push_back(tasks.at(i, "fixed data sampling"));
+        auto o = ro;
+        o.seed = rollout::sampling_seed(kAddress, step, submission);
+        for (const auto& g : rl::generate_rollouts(engine, prompting, *environment, batch, o)) {
+          count(g);
+          ++done;
+        }
+      }
+    }
+    // The next policy version: the same weights, but what is in flight re-prefills.
+    engine.update_weights([](model::Transformer&) {}, step + 1);
+    const double seconds = now_s() - t0;
+    r.seconds += seconds;
+    if (on_step) on_step(step, seconds);
+  }
+  const auto after = engine.stats();
+  r.steps = options.steps;
+  r.tokens = after.tokens_generated - before.tokens_generated;
+  r.forwards = after.steps - before.steps;
+  r.prefilled = after.prompt_tokens - before.prompt_tokens;
+  r.completion_tokens = completion_tokens / std::max(1.0, completions);
+  return r;
+}
+
+}  // namespace trellis::pipeline
