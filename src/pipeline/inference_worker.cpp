@@ -13,6 +13,7 @@
 #include "model/checkpoint.h"
 #include "model/prompting.h"
 #include "orchestrator/client.h"
+#include "pipeline/fixed_data_sampler.h"
 #include "pipeline/partial_rollouts.h"
 #include "pipeline/policy_dir.h"
 #include "pipeline/rollout_rows.h"
@@ -54,11 +55,8 @@ class Worker {
     environment_ = env::make_environment(config);
     // Every worker and validator must see the same task list: the run's task seed.
     tasks_ = std::make_unique<rl::TaskSource>(*environment_, config, rl_.seed);
-    dataset_size_ = tasks_->dataset_size() > 0
-                        ? tasks_->dataset_size()
-                        : config.get_at_least<int64_t>("infer.dataset_size", 1);
-    length_ = env::LengthReward::from_config(config);
-    system_prompt_ = config.get<std::string>("env.system_prompt");
+    sampler_ = std::make_unique<FixedDataSampler>(*tasks_, identity_->address(), config);
+    rollout_ = rl::rollout_options(rl_, config);
     base_model_ = config.get<std::string>("model.path");
     if (base_model_.empty())
       fail("model.path", "no model: set [model] path (the tokenizer and architecture)");
@@ -128,18 +126,12 @@ class Worker {
       model_ = std::move(loaded);
       prompting_ =
           std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
-      engine::EngineOptions eo;
-      eo.max_num_seqs =
-          partial_ ? partial_options_.inflight : groups_per_submission_ * rl_.group_size;
-      eo.max_retention = partial_ ? partial_options_.max_retention : 0;
-      eo.vocab_limit = prompting_->tok.vocab_size();
-      eo.kv_cache_mib = 1024;
-      engine_ = std::make_unique<engine::Engine>(*model_, eo);
+      engine_ = std::make_unique<engine::Engine>(
+          *model_, worker_engine_options(config_, partial_, prompting_->tok.vocab_size()));
       engine_->update_weights([](model::Transformer&) {}, version);
       if (partial_) {
-        pool_ = std::make_unique<PartialRolloutPool>(*engine_, *prompting_, *environment_, *tasks_,
-                                                     dataset_size_, identity_->address(),
-                                                     rollout_options(), partial_options_);
+        pool_ = std::make_unique<PartialRolloutPool>(*engine_, *prompting_, *environment_,
+                                                     *sampler_, rollout_, partial_options_);
       }
     } else {
       engine_->update_weights(
@@ -164,17 +156,6 @@ class Worker {
     return next_submission_[step] = next;
   }
 
-  rl::RolloutOptions rollout_options() const {
-    rl::RolloutOptions o;
-    o.group_size = rl_.group_size;
-    o.max_tokens = rl_.max_tokens;
-    o.sampling.temperature = rl_.temperature;
-    o.system_prompt = system_prompt_;
-    o.length = length_;
-    o.zero_truncated = rl_.zero_truncated;
-    return o;
-  }
-
   // Plain mode: one submission's groups, drawn for (step, submission), generated to the end.
   void generate_plain(int64_t step) {
     int64_t submission;
@@ -185,12 +166,9 @@ class Worker {
       sleep();
       return;
     }
-    const auto indices = rollout::sample_prompt_indices(identity_->address(), step, submission,
-                                                        groups_per_submission_, dataset_size_);
-    std::vector<env::Task> tasks;
-    for (int64_t i : indices) tasks.push_back(tasks_->at(i, "fixed data sampling"));
-    auto o = rollout_options();
-    o.seed = rollout::sampling_seed(identity_->address(), step, submission);
+    auto tasks = sampler_->draw(step, submission, groups_per_submission_);
+    auto o = rollout_;
+    o.seed = sampler_->seed(step, submission);
     const double t0 = now_s();
     auto groups = rl::generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
     generating_s_ += now_s() - t0;
@@ -315,12 +293,12 @@ class Worker {
   std::string name_, run_id_;
   std::unique_ptr<Identity> identity_;
   fs::path policy_dir_, base_model_;
-  int64_t groups_per_submission_ = 1, dataset_size_ = 1;
+  int64_t groups_per_submission_ = 1;
   double poll_s_ = 0.5, waited_for_weights_ = 0;
   std::unique_ptr<env::Environment> environment_;
   std::unique_ptr<rl::TaskSource> tasks_;
-  env::LengthReward length_;
-  std::string system_prompt_;
+  std::unique_ptr<FixedDataSampler> sampler_;
+  rl::RolloutOptions rollout_;  // without the seed, which each draw has
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::Prompting> prompting_;
   std::unique_ptr<engine::Engine> engine_;

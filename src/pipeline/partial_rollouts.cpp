@@ -18,6 +18,22 @@ PartialRolloutOptions PartialRolloutOptions::from_config(const Config& config) {
   return o;
 }
 
+engine::EngineOptions worker_engine_options(const Config& config, bool partial,
+                                            int64_t vocab_limit) {
+  engine::EngineOptions eo;
+  if (partial) {
+    const auto p = PartialRolloutOptions::from_config(config);
+    eo.max_num_seqs = p.inflight;
+    eo.max_retention = p.max_retention;
+  } else {
+    eo.max_num_seqs = config.get_at_least<int64_t>("infer.groups_per_submission", 1) *
+                      config.get_at_least<int64_t>("rl.group_size", 1);
+  }
+  eo.vocab_limit = vocab_limit;
+  eo.kv_cache_mib = 1024;
+  return eo;
+}
+
 int64_t DrawnGroup::oldest_version() const {
   int64_t oldest = INT64_MAX;
   for (const auto& r : group.rollouts)
@@ -27,13 +43,10 @@ int64_t DrawnGroup::oldest_version() const {
 
 PartialRolloutPool::PartialRolloutPool(engine::Engine& engine, const model::Prompting& prompting,
                                        const env::Environment& environment,
-                                       const rl::TaskSource& tasks, int64_t dataset_size,
-                                       std::string node_address, rl::RolloutOptions rollout,
+                                       const FixedDataSampler& sampler, rl::RolloutOptions rollout,
                                        PartialRolloutOptions options)
     : engine_(engine),
-      tasks_(tasks),
-      dataset_size_(dataset_size),
-      address_(std::move(node_address)),
+      sampler_(sampler),
       group_size_(rollout.group_size),
       options_(options),
       collector_(engine, prompting, environment, std::move(rollout)) {
@@ -56,18 +69,15 @@ std::vector<DrawnGroup> PartialRolloutPool::iterate(int64_t step, int64_t min_ve
   for (int64_t id : collector_.abort_older_than(min_version)) stale_.insert(id);
   const int64_t room = (options_.inflight - collector_.in_flight()) / group_size_;
   if (room > 0) {
-    const rollout::DrawCoordinates draw{step, draws_[step]++, 0};
-    const auto indices =
-        rollout::sample_prompt_indices(address_, draw.step, draw.submission, room, dataset_size_);
-    const uint64_t seed = rollout::sampling_seed(address_, draw.step, draw.submission);
+    const int64_t draw = draws_[step]++;
+    auto tasks = sampler_.draw(step, draw, room);
+    const uint64_t seed = sampler_.seed(step, draw);
     for (int64_t i = 0; i < room; ++i) {
-      Pending p{tasks_.at(indices[i], "fixed data sampling"), {draw.step, draw.submission, i}};
-      collector_.add(p.task, next_id_, seed + static_cast<uint64_t>(i * group_size_));
-      pending_.emplace(next_id_++, std::move(p));
+      collector_.add(tasks[i], next_id_, seed + static_cast<uint64_t>(i * group_size_));
+      pending_.emplace(next_id_++, Pending{std::move(tasks[i]), {step, draw, i}});
     }
-    s.added_groups = room;
   }
-  s.finished_tokens = engine_.run(options_.token_budget).tokens;
+  engine_.run(options_.token_budget);
   std::vector<DrawnGroup> out;
   for (auto& g : collector_.take()) {
     auto it = pending_.find(g.task_index);
@@ -82,7 +92,6 @@ std::vector<DrawnGroup> PartialRolloutPool::iterate(int64_t step, int64_t min_ve
     }
     out.push_back({std::move(g), std::move(p.task), p.draw});
   }
-  s.completed_groups = static_cast<int64_t>(out.size());
   if (stats) *stats = s;
   return out;
 }

@@ -17,16 +17,15 @@
 #include <cstdint>
 #include <map>
 #include <set>
-#include <string>
 #include <vector>
 
 #include "common/config.h"
 #include "engine/engine.h"
 #include "env/environment.h"
 #include "model/prompting.h"
+#include "pipeline/fixed_data_sampler.h"
 #include "rl/rollout_collector.h"
 #include "rl/rollouts.h"
-#include "rl/task_source.h"
 #include "rollout/data_sampling.h"
 
 namespace trellis::pipeline {
@@ -41,6 +40,11 @@ struct PartialRolloutOptions {
   static PartialRolloutOptions from_config(const Config& config);
 };
 
+// The engine a worker runs: a plain worker decodes one file's groups at once
+// (infer.groups_per_submission × rl.group_size), a C3PO++ one Ω with retention σ.
+engine::EngineOptions worker_engine_options(const Config& config, bool partial,
+                                            int64_t vocab_limit);
+
 // A whole group and where its prompt was drawn.
 struct DrawnGroup {
   rl::RolloutGroup group;
@@ -50,10 +54,8 @@ struct DrawnGroup {
 };
 
 struct IterationStats {
-  int64_t added_groups = 0, completed_groups = 0;
   int64_t purged_groups = 0;  // a completion spanned more than σ versions
   int64_t stale_groups = 0;   // aborted in flight: a token older than min_version
-  int64_t finished_tokens = 0;
 };
 
 class PartialRolloutPool {
@@ -61,9 +63,8 @@ class PartialRolloutPool {
   // `engine` keeps its options (max_num_seqs >= Ω; max_retention = σ). rollout.seed is unused:
   // each draw has its own sampling seed.
   PartialRolloutPool(engine::Engine& engine, const model::Prompting& prompting,
-                     const env::Environment& environment, const rl::TaskSource& tasks,
-                     int64_t dataset_size, std::string node_address, rl::RolloutOptions rollout,
-                     PartialRolloutOptions options);
+                     const env::Environment& environment, const FixedDataSampler& sampler,
+                     rl::RolloutOptions rollout, PartialRolloutOptions options);
 
   // One iteration for `step`: abort the groups in flight that hold a token older than
   // `min_version` (they can no longer be accepted: the async window has moved past them), refill
@@ -80,9 +81,7 @@ class PartialRolloutPool {
     rollout::DrawCoordinates draw;
   };
   engine::Engine& engine_;
-  const rl::TaskSource& tasks_;
-  int64_t dataset_size_;
-  std::string address_;
+  const FixedDataSampler& sampler_;
   int64_t group_size_;
   PartialRolloutOptions options_;
   rl::RolloutCollector collector_;

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <limits>
 #include <optional>
 
 #include "model/transformer.h"

@@ -4,11 +4,11 @@
 
 #include "env/registry.h"
 #include "model/prompting.h"
+#include "pipeline/fixed_data_sampler.h"
 #include "pipeline/partial_rollouts.h"
 #include "rl/rl_loop.h"
 #include "rl/rollouts.h"
 #include "rl/task_source.h"
-#include "rollout/data_sampling.h"
 
 namespace trellis::pipeline {
 namespace {
@@ -16,8 +16,6 @@ namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-const std::string kAddress = "bench";  // fixed data sampling's address for both modes
 
 }  // namespace
 
@@ -27,31 +25,17 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
   const auto rl = rl::RlLoopConfig::from_config(config);
   const auto environment = env::make_environment(config);
   const rl::TaskSource tasks(*environment, config, rl.seed);
-  const int64_t dataset_size = tasks.dataset_size() > 0
-                                   ? tasks.dataset_size()
-                                   : config.get_at_least<int64_t>("infer.dataset_size", 1);
+  const FixedDataSampler sampler(tasks, "bench", config);  // the same prompts in both modes
   const auto prompting = model::Prompting::load(model_dir, model.config());
   const int64_t per_submission = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
-  const auto partial = PartialRolloutOptions::from_config(config);
+  const auto ro = rl::rollout_options(rl, config);
 
-  rl::RolloutOptions ro;
-  ro.group_size = rl.group_size;
-  ro.max_tokens = rl.max_tokens;
-  ro.sampling.temperature = rl.temperature;
-  ro.system_prompt = config.get<std::string>("env.system_prompt");
-  ro.length = env::LengthReward::from_config(config);
-  ro.zero_truncated = rl.zero_truncated;
-
-  engine::EngineOptions eo;
-  eo.max_num_seqs = options.partial ? partial.inflight : per_submission * rl.group_size;
-  eo.max_retention = options.partial ? partial.max_retention : 0;
-  eo.vocab_limit = prompting.tok.vocab_size();
-  eo.kv_cache_mib = 1024;
-  engine::Engine engine(model, eo);
+  engine::Engine engine(model,
+                        worker_engine_options(config, options.partial, prompting.tok.vocab_size()));
   std::unique_ptr<PartialRolloutPool> pool;
   if (options.partial) {
-    pool = std::make_unique<PartialRolloutPool>(engine, prompting, *environment, tasks,
-                                                dataset_size, kAddress, ro, partial);
+    pool = std::make_unique<PartialRolloutPool>(engine, prompting, *environment, sampler, ro,
+                                                PartialRolloutOptions::from_config(config));
   }
 
   RolloutBenchResult r;
@@ -78,12 +62,9 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
       }
     } else {
       for (int64_t submission = 0; done < options.groups_per_step; ++submission) {
-        const auto indices = rollout::sample_prompt_indices(kAddress, step, submission,
-                                                            per_submission, dataset_size);
-        std::vector<env::Task> batch;
-        for (int64_t i : indices) batch.push_back(tasks.at(i, "fixed data sampling"));
+        const auto batch = sampler.draw(step, submission, per_submission);
         auto o = ro;
-        o.seed = rollout::sampling_seed(kAddress, step, submission);
+        o.seed = sampler.seed(step, submission);
         for (const auto& g : rl::generate_rollouts(engine, prompting, *environment, batch, o)) {
           count(g);
           ++done;

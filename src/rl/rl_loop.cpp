@@ -97,8 +97,7 @@ class RlLoop {
     environment_ = env::make_environment(config);
     tasks_ = std::make_unique<TaskSource>(*environment_, config,
                                           derived_seed(cfg_.seed, 0, 0, kTaskSeeds));
-    length_ = env::LengthReward::from_config(config);
-    system_prompt_ = config.get<std::string>("env.system_prompt");
+    rollout_ = rollout_options(cfg_, config);
 
     base_model_ = config.get<std::string>("model.path");
     if (base_model_.empty())
@@ -191,15 +190,9 @@ class RlLoop {
     SampleStats stats;
     int64_t zero_adv = 0, kept_groups = 0;
     for (int64_t round = 0; round < cfg_.max_rounds && kept_groups < groups_needed; ++round) {
-      RolloutOptions o;
-      o.group_size = cfg_.group_size;
-      o.max_tokens = cfg_.max_tokens;
-      o.sampling.temperature =
-          cfg_.behaviour_temperature > 0 ? cfg_.behaviour_temperature : cfg_.temperature;
+      RolloutOptions o = rollout_;
+      if (cfg_.behaviour_temperature > 0) o.sampling.temperature = cfg_.behaviour_temperature;
       o.seed = derived_seed(cfg_.seed, step, round, kRolloutSeeds);
-      o.system_prompt = system_prompt_;
-      o.length = length_;
-      o.zero_truncated = cfg_.zero_truncated;
       const auto tasks = tasks_->take(groups_needed - kept_groups);
       auto groups = generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
       for (auto& g : groups) {
@@ -245,8 +238,7 @@ class RlLoop {
   RlLoopConfig cfg_;
   std::unique_ptr<env::Environment> environment_;
   std::unique_ptr<TaskSource> tasks_;
-  env::LengthReward length_;
-  std::string system_prompt_;
+  RolloutOptions rollout_;  // without the seed, which each round derives
   fs::path base_model_;
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::Prompting> prompting_;
@@ -282,6 +274,17 @@ RlLoopConfig RlLoopConfig::from_config(const Config& c) {
   r.keep_checkpoints = c.get_at_least<int64_t>("trainer.keep_checkpoints", 0);
   r.seed = static_cast<uint64_t>(c.get<int64_t>("run.seed"));
   return r;
+}
+
+RolloutOptions rollout_options(const RlLoopConfig& rl, const Config& config) {
+  RolloutOptions o;
+  o.group_size = rl.group_size;
+  o.max_tokens = rl.max_tokens;
+  o.sampling.temperature = rl.temperature;
+  o.system_prompt = config.get<std::string>("env.system_prompt");
+  o.length = env::LengthReward::from_config(config);
+  o.zero_truncated = rl.zero_truncated;
+  return o;
 }
 
 void run_rl(const Config& config, const fs::path& run_dir, bool resume,

@@ -18,6 +18,7 @@
 
 #include "common/config.h"
 #include "model/compute.h"
+#include "rl/rollouts.h"
 
 namespace trellis::rl {
 
@@ -39,6 +40,11 @@ struct RlLoopConfig {
   // [rl], [trainer] and [run]; Error naming the key when a value is unusable.
   static RlLoopConfig from_config(const Config& config);
 };
+
+// The rollout settings of an RL run: G, max_tokens, temperature and the truncation rule of `rl`,
+// plus env.system_prompt and the length reward of `config` (seed left 0). Shared by `trellis rl`,
+// the inference workers and `bench rollouts`.
+RolloutOptions rollout_options(const RlLoopConfig& rl, const Config& config);
 
 // Runs the loop; `resume` continues from the newest checkpoint under run_dir/checkpoints.
 void run_rl(const Config& config, const std::filesystem::path& run_dir, bool resume,

@@ -52,7 +52,6 @@ void RolloutCollector::add(const env::Task& task, int64_t id, uint64_t seed) {
   Group& g = *group;
   g.running = options_.group_size;
   groups_.emplace(id, std::move(group));
-  unfinished_ += options_.group_size;
   const auto on_token = [&g](const engine::TokenEvent& e) {
     g.oldest_version = std::min(g.oldest_version, e.completion.versions.back());
   };
@@ -62,7 +61,6 @@ void RolloutCollector::add(const env::Task& task, int64_t id, uint64_t seed) {
 }
 
 void RolloutCollector::on_finish(Group& group, engine::Completion c) {
-  --unfinished_;
   --group.running;
   Rollout& ro = group.result.rollouts[c.index];
   ro.sequence.prompt = std::move(c.prompt);
@@ -113,6 +111,12 @@ std::vector<int64_t> RolloutCollector::abort_older_than(int64_t version) {
     if (group->running > 0 && group->oldest_version < version) ids.push_back(id);
   for (int64_t id : ids) engine_.abort(std::to_string(id));
   return ids;
+}
+
+int64_t RolloutCollector::in_flight() const {
+  int64_t running = 0;
+  for (const auto& [id, group] : groups_) running += group->running;
+  return running;
 }
 
 std::vector<RolloutGroup> RolloutCollector::take(bool wait) {

@@ -51,7 +51,7 @@ class RolloutCollector {
 
   // Completions added that the engine has not finished: what a C3PO++ pool holds at Ω. (A group's
   // finished completions wait for their siblings outside it.)
-  int64_t in_flight() const { return unfinished_; }
+  int64_t in_flight() const;
   // Completions the engine has finished whose scoring is still pending.
   int64_t scoring() { return scorers_.pending(); }
 
@@ -67,7 +67,6 @@ class RolloutCollector {
   std::vector<int32_t> stop_ids_;
   double temperature_ = 1.0;
   std::map<int64_t, std::unique_ptr<Group>> groups_;  // by id
-  int64_t unfinished_ = 0;                            // completions the engine still runs
   mutable std::mutex mu_;                             // the fields below, shared with scorers
   std::vector<int64_t> complete_;                     // ids of whole groups, in completion order
   std::vector<int64_t> broken_;                       // ids of groups with a purged completion

@@ -38,6 +38,7 @@ class PartialRollouts : public ::testing::Test {
     model_ = model::load_transformer(dir_, {torch::kCPU, torch::kFloat32});
     prompting_ = std::make_unique<model::Prompting>(model::Prompting::load(dir_, model_->config()));
     tasks_ = std::make_unique<rl::TaskSource>(*environment_, config_, 11);
+    sampler_ = std::make_unique<FixedDataSampler>(*tasks_, kAddress, config_);
   }
 
   std::unique_ptr<engine::Engine> make_engine(int64_t max_num_seqs, int64_t max_retention = 0) {
@@ -59,8 +60,8 @@ class PartialRollouts : public ::testing::Test {
 
   PartialRolloutPool make_pool(engine::Engine& engine, const rl::RolloutOptions& rollout,
                                int64_t inflight, int64_t token_budget) {
-    return PartialRolloutPool(engine, *prompting_, *environment_, *tasks_, kDatasetSize, kAddress,
-                              rollout, {.inflight = inflight, .token_budget = token_budget});
+    return PartialRolloutPool(engine, *prompting_, *environment_, *sampler_, rollout,
+                              {.inflight = inflight, .token_budget = token_budget});
   }
 
   // Another model's weights, so that a new version samples differently.
@@ -76,11 +77,13 @@ class PartialRollouts : public ::testing::Test {
   }
 
   static fs::path dir_;
-  Config config_ = Config::resolve({}, {"env.name=\"reverse_text\""});
+  Config config_ = Config::resolve(
+      {}, {"env.name=\"reverse_text\"", "infer.dataset_size=" + std::to_string(kDatasetSize)});
   std::unique_ptr<env::Environment> environment_ = env::make_environment("reverse_text");
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::Prompting> prompting_;
   std::unique_ptr<rl::TaskSource> tasks_;
+  std::unique_ptr<FixedDataSampler> sampler_;
 };
 fs::path PartialRollouts::dir_;
 
