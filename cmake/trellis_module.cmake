@@ -12,7 +12,7 @@ function(trellis_module name)
     # OpenMP is public: every target that includes torch headers must compile at::parallel_for
     # with it (see CMakeLists.txt).
     target_link_libraries(trellis_${name} PUBLIC ${TORCH_LIBRARIES} OpenMP::OpenMP_CXX)
-    target_precompile_headers(trellis_${name} PRIVATE <torch/torch.h>)
+    target_precompile_headers(trellis_${name} REUSE_FROM trellis_torch_pch)
   endif()
 endfunction()
 
@@ -25,7 +25,7 @@ function(trellis_tests name)
   target_include_directories(${name}_tests PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   target_compile_definitions(${name}_tests PRIVATE TRELLIS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   if(ARG_TORCH)
-    target_precompile_headers(${name}_tests PRIVATE <torch/torch.h>)
+    target_precompile_headers(${name}_tests REUSE_FROM trellis_torch_pch)
   endif()
   if(ARG_NEEDS_BINARY)  # integration tests run the real `trellis` binary
     target_compile_definitions(${name}_tests PRIVATE TRELLIS_BIN="$<TARGET_FILE:trellis>")
