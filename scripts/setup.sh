@@ -10,6 +10,8 @@ PACKAGES=(
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libicu-dev                     # tokenizer regexes (Unicode classes), NFC
   libcpp-httplib-dev                          # the OpenAI-compatible server and HTTP tests
+  libcurl4-openssl-dev                        # SHARDCAST's client: parallel shard downloads
+  nginx iproute2                              # production relays (nginx test); netns benchmark
   libginac-dev                                # math answers: symbolic equivalence
   libsodium-dev                               # SHA-256, HMAC, Ed25519 identities and signatures
   libthrift-dev libboost-dev libzstd-dev      # Parquet rollout files: footer metadata, pages

@@ -14,7 +14,7 @@
 namespace trellis::cli {
 namespace {
 
-// A worker's directory (its key, and the policy directory unless infer.policy_dir names one):
+// A worker's directory (its key, and the policy versions it fetches):
 // it must be named, and config.toml there stays the trainer's (a worker's overrides are its own).
 std::filesystem::path worker_dir(const Config& config) {
   const std::filesystem::path dir = config.get<std::string>("run.dir");

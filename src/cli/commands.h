@@ -23,8 +23,9 @@ void add_rl_command(CLI::App& app);
 void add_rollouts_commands(CLI::App& app);  // rollouts inspect
 void add_orchestrator_command(CLI::App& app);
 void add_report_command(CLI::App& app);
-void add_pipeline_commands(CLI::App& app);  // trainer and infer
-void add_run_commands(CLI::App& app);       // run and quickstart
+void add_pipeline_commands(CLI::App& app);   // trainer and infer
+void add_run_commands(CLI::App& app);        // run and quickstart
+void add_shardcast_commands(CLI::App& app);  // relay, shardcast publish / fetch
 
 // --device / --dtype / --threads, shared by every command that runs the model.
 struct ComputeFlags {

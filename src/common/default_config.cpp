@@ -85,12 +85,11 @@ url = ""                # where the trainer and workers reach it; "" = http://<h
 data_dir = ""           # orchestrator.sqlite and rollouts/; "" = the run directory
 url_ttl_s = 600         # lifetime of a signed upload URL, seconds
 max_upload_mib = 256    # larger uploads are refused
-trainer_token = ""      # bearer token the trainer sends to publish versions; "" = none
+trainer_token = ""      # bearer token to publish versions, evict nodes, list nodes; "" = none
 
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key
 name = "worker"         # this worker's name in logs and its key file
-policy_dir = ""         # where the trainer publishes policy versions; "" = <run dir>/policy
 groups_per_submission = 4  # prompt groups (of rl.group_size completions) per uploaded file
 dataset_size = 1000000  # with generated tasks: prompts are drawn from task indices [0, this)
 poll_s = 0.5            # seconds between polls of the step counter while waiting
@@ -98,6 +97,40 @@ partial_rollouts = false  # C3PO++ (specs/rl.md §6): keep completions in flight
 inflight_completions = 0  # Ω: completions in flight; 0 = groups_per_submission x rl.group_size
 token_budget = 256      # Φ: finished tokens per iteration; then new weights, refill, uploads
 max_retention = 0       # σ: purge completions spanning more policy versions; 0 = rl.async_level + 1
+
+[shardcast]             # checkpoint broadcast: trainer (origin) -> relays -> workers (specs/shardcast.md)
+relays = 1              # `trellis run`: relays to start; 0 = workers fetch from the trainer's origin
+tree = "star"           # `trellis run`: star (every relay pulls from the origin) | chain (each from the one before)
+relay_urls = []         # workers: relays to fetch from; [] = the origin (`trellis run` passes its relays)
+origin_host = "127.0.0.1"  # trainer: address of the origin server relays pull from
+origin_port = 0         # trainer: its port; 0 = any free port (written to <origin_dir>/origin.url)
+origin_dir = ""         # trainer: where versions are published; "" = <run dir>/shardcast/origin
+trainer_key_file = ""   # trainer: Ed25519 key signing the manifests; "" = <run dir>/keys/trainer.key
+shard_size_mib = 50.0   # shard size (the last shard of a version is shorter)
+keep = 5                # versions kept by the origin and every relay (older ones are deleted)
+parallel = 8            # client: shards downloading at once, from relays drawn by weight
+attempts_per_shard = 6  # client: failed downloads of one shard before its version is given up
+version_timeout_s = 600  # client and relays: a version not complete by then is given up
+stall_s = 10            # a transfer moving under 1 KiB/s for this long is abandoned
+relay_choice = "weighted"  # weighted: random, weight success x bandwidth (spec) | fastest (comparison)
+
+[relay]                 # `trellis relay`: pulls versions from upstream, serves them (specs/shardcast.md §3)
+name = "relay"          # in logs; also its folder under <run dir>/shardcast/
+data_dir = ""           # manifest.json, v<N>/shard_*.bin, probe.bin; "" = <run dir>/shardcast/<name>
+host = "127.0.0.1"      # address to listen on
+port = 8500             # 0 = any free port (written to <data_dir>/relay.url once listening)
+upstreams = []          # origin or relay URLs to pull from; [] = serve data_dir as it is
+poll_s = 0.5            # seconds between polls of the upstream manifests
+pull_parallel = 4       # shards pulled at once
+threads = 32            # transfers served at once
+requests_per_s = 0      # per client IP; excess requests get 429; 0 = unlimited
+burst = 0               # requests a client may make at once; 0 = max(1, requests_per_s)
+bandwidth_mib_s = 0     # per client IP; 0 = unlimited
+allow = []              # IPs / IPv4 networks always allowed; with allow = [] and no allowlist_url, anyone
+allowlist_url = ""      # orchestrator URL: only the active nodes it lists (GET /allowlist) may download
+allowlist_poll_s = 1.0  # seconds between polls of that list (an evicted node is cut off by the next)
+nginx_allowlist = ""    # production: also write the list here as an nginx include (see nginx-config)
+nginx_reload = ""       # ... and run this command after each change, e.g. "nginx -s reload -p DIR"
 
 [sft]                   # `trellis sft`: supervised warm start on (prompt, completion) pairs
 data = ""               # JSONL of {"prompt", "completion"}; "" = the environment's generated tasks

@@ -30,6 +30,23 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
   return to_hex({reinterpret_cast<const char*>(out), sizeof out});
 }
 
+static_assert(sizeof(crypto_hash_sha256_state) <= 128);
+
+Sha256Stream::Sha256Stream() {
+  crypto_hash_sha256_init(reinterpret_cast<crypto_hash_sha256_state*>(state_));
+}
+
+void Sha256Stream::update(std::string_view bytes) {
+  crypto_hash_sha256_update(reinterpret_cast<crypto_hash_sha256_state*>(state_),
+                            reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+}
+
+std::string Sha256Stream::hex() {
+  Sha256 out;
+  crypto_hash_sha256_final(reinterpret_cast<crypto_hash_sha256_state*>(state_), out.data());
+  return to_hex({reinterpret_cast<const char*>(out.data()), out.size()});
+}
+
 std::string to_hex(std::string_view bytes) {
   static const char* digits = "0123456789abcdef";
   std::string out;

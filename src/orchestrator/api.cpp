@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -13,6 +14,7 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hashing.h"
+#include "common/identity.h"
 #include "common/json.h"
 #include "common/logging.h"
 #include "orchestrator/signed_url.h"
@@ -105,7 +107,45 @@ Json parse_body(const httplib::Request& req, const std::string& where) {
 
 bool is_sha256_hex(const std::string& s) { return rollout::is_node_address(s); }  // 64 hex digits
 
+// A node address field (an Ed25519 public key): 400 naming the field unless 64 lowercase hex.
+std::string address_field(const Json& body, const char* key, const std::string& where) {
+  std::string v = string_field(body, key, where);
+  if (!rollout::is_node_address(v)) {
+    refuse(400, "malformed_request",
+           fmt::format("field '{}' must be 64 lowercase hex digits (an Ed25519 public key) ({})",
+                       key, where));
+  }
+  return v;
+}
+
+bool is_signature_hex(const std::string& s) {
+  return s.size() == 128 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+         });
+}
+
+std::string eviction_message(const Node& n) {
+  return fmt::format("node {} was evicted: {}", n.address, n.evicted_reason);
+}
+
+Json node_json(const Node& n) {
+  return {{"address", n.address},
+          {"ip", n.ip},
+          {"registered_at", n.registered_at},
+          {"last_seen", n.last_seen},
+          {"signed_at", n.signed_at},
+          {"evicted", n.evicted},
+          {"evicted_reason", n.evicted_reason},
+          {"evicted_at", n.evicted_at}};
+}
+
+constexpr size_t kMaxReasonBytes = 1000;
+
 }  // namespace
+
+std::string registration_message(const std::string& address, int64_t timestamp) {
+  return fmt::format("trellis-register:{}:{}", address, timestamp);
+}
 
 ApiOptions api_options(const Config& config, const std::filesystem::path& run_dir) {
   ApiOptions o;
@@ -205,6 +245,19 @@ struct Server::Impl {
             guarded([this](const auto& req, auto& res) { download(req, res); }));
     svr.Post("/trainer/version",
              guarded([this](const auto& req, auto& res) { trainer_version(req, res); }));
+    svr.Post("/nodes", guarded([this](const auto& req, auto& res) { register_node(req, res); }));
+    svr.Get("/nodes", guarded([this](const auto& req, auto& res) {
+              require_trainer(req, "GET /nodes");  // node IPs are for operators only
+              Json nodes = Json::array();
+              for (const Node& n : state.nodes()) nodes.push_back(node_json(n));
+              reply_json(res, {{"nodes", nodes}});
+            }));
+    svr.Post(R"(/nodes/([^/]+)/evict)",
+             guarded([this](const auto& req, auto& res) { evict(req, res); }));
+    svr.Get("/allowlist", guarded([this](const auto&, auto& res) {
+              const Allowlist a = state.allowlist();
+              reply_json(res, {{"revision", a.revision}, {"ips", a.ips}});
+            }));
 
     // What httplib answers itself (unknown route, oversized body) gets the same JSON shape.
     svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
@@ -245,6 +298,7 @@ struct Server::Impl {
     return {{"run_id", state.run_id()},
             {"step", step_counter_now()},
             {"policy_version", version},
+            {"trainer_public_key", state.trainer_public_key()},
             {"steps", opt.steps},
             {"async_level", opt.async_level},
             {"batch_size", opt.batch_size},
@@ -281,6 +335,16 @@ struct Server::Impl {
     gauge("trellis_orchestrator_rollout_tokens_per_second",
           "completion tokens accepted per second over the last 60 s",
           fmt::format("{}", tokens_per_s()));
+    const NodeCounts nodes = state.node_counts();
+    out += fmt::format(
+        "# HELP trellis_orchestrator_nodes nodes registered (and not evicted) and evicted\n"
+        "# TYPE trellis_orchestrator_nodes gauge\n"
+        "trellis_orchestrator_nodes{{state=\"registered\"}} {}\n"
+        "trellis_orchestrator_nodes{{state=\"evicted\"}} {}\n",
+        nodes.registered, nodes.evicted);
+    gauge("trellis_orchestrator_allowlist_revision",
+          "revision of the IP allowlist relays poll (GET /allowlist)",
+          std::to_string(state.allowlist().revision));
     out +=
         "# HELP trellis_orchestrator_uploads_refused_total refused requests and rejected uploads "
         "since start, by reason\n"
@@ -350,19 +414,109 @@ struct Server::Impl {
 
   // ---- writing ----------------------------------------------------------------------------
 
-  void trainer_version(const httplib::Request& req, httplib::Response& res) {
+  // 401 unless the request carries the trainer's bearer token (when one is configured).
+  void require_trainer(const httplib::Request& req, const std::string& what) {
     if (!opt.trainer_token.empty() &&
         req.get_header_value("Authorization") != "Bearer " + opt.trainer_token) {
       refuse(401, "unauthorized",
-             "POST /trainer/version needs the trainer's bearer token (orchestrator.trainer_token)");
+             fmt::format("{} needs the trainer's bearer token (orchestrator.trainer_token)", what));
     }
+  }
+
+  void trainer_version(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /trainer/version";
+    require_trainer(req, where);
     const Json body = parse_body(req, where);
     const int64_t version = integer_field(body, "version", 0, INT32_MAX, where);
+    std::string key;
+    if (body.contains("public_key")) key = address_field(body, "public_key", where);
     const int64_t before = state.policy_version();
-    const int64_t newest = state.publish_version(version);
+    const std::string key_before = state.trainer_public_key();
+    const int64_t newest = state.publish_version(version, key);
     if (newest > before) log::info("orchestrator: policy version {} published", newest);
-    reply_json(res, {{"policy_version", newest}});
+    if (!key.empty() && key != key_before) log::info("orchestrator: trainer public key {}", key);
+    reply_json(res,
+               {{"policy_version", newest}, {"trainer_public_key", state.trainer_public_key()}});
+  }
+
+  // POST /nodes: a node proves it holds its address's key by signing
+  // registration_message(address, timestamp) with a timestamp close to now; its IP is the
+  // connection's (never a header), and it joins the allowlist unless evicted.
+  void register_node(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /nodes";
+    const Json body = parse_body(req, where);
+    const std::string address = address_field(body, "address", where);
+    const int64_t timestamp = integer_field(body, "timestamp", 0, INT64_MAX, where);
+    const std::string signature = string_field(body, "signature", where);
+    if (!is_signature_hex(signature)) {
+      refuse(400, "malformed_request",
+             fmt::format("field 'signature' must be 128 hex digits (an Ed25519 signature) ({})",
+                         where));
+    }
+    const int64_t now = static_cast<int64_t>(now_s());
+    if (timestamp < now - kRegistrationWindowS || timestamp > now + kRegistrationWindowS) {
+      refuse(401, "registration_stale",
+             fmt::format("node {}: the registration is signed with timestamp {}, {} s away from "
+                         "the orchestrator's clock ({}); at most {} s are allowed (is the node's "
+                         "clock right?)",
+                         address, timestamp, timestamp - now, now, kRegistrationWindowS));
+    }
+    const std::string message = registration_message(address, timestamp);
+    if (!verify_signature(address, message, signature)) {
+      refuse(401, "registration_signature",
+             fmt::format("node {}: the signature is not this address's Ed25519 signature of '{}'",
+                         address, message));
+    }
+    const std::string& ip = req.remote_addr;
+    const Registration r = state.register_node(address, ip, timestamp, now_s());
+    if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
+    if (r.outcome == Registration::kReplayed) {
+      refuse(401, "registration_replayed",
+             fmt::format("node {}: a registration signed at {} is already recorded; this one is "
+                         "signed at {} (a replayed or reordered request: sign a fresh one)",
+                         address, r.node.signed_at, timestamp));
+    }
+    log::info("orchestrator: node {} registered from {}", address, ip);
+    reply_json(res, {{"address", address}, {"ip", ip}});
+  }
+
+  // POST /nodes/<address>/evict: the node is refused from now on, and its IP leaves the
+  // allowlist (unless another active node shares it).
+  void evict(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /nodes/<address>/evict";
+    require_trainer(req, where);
+    const std::string address = req.matches[1].str();
+    if (!rollout::is_node_address(address)) {
+      refuse(400, "malformed_request",
+             fmt::format("'{}' is not a node address: 64 lowercase hex digits (an Ed25519 public "
+                         "key) ({})",
+                         address.substr(0, 200), where));
+    }
+    std::string reason;
+    if (!req.body.empty()) {
+      const Json body = parse_body(req, where);
+      if (body.contains("reason")) reason = string_field(body, "reason", where);
+    }
+    if (reason.size() > kMaxReasonBytes) {
+      refuse(400, "malformed_request",
+             fmt::format("field 'reason' is longer than {} bytes ({})", kMaxReasonBytes, where));
+    }
+    if (reason.empty()) reason = "no reason given";
+    Node n;
+    {
+      std::lock_guard lock(decide_mu);  // no upload of the node is accepted after this answer
+      n = state.evict(address, reason, now_s());
+    }
+    log::warn("orchestrator: node {} ({}) evicted: {}", address, n.ip.empty() ? "no IP" : n.ip,
+              n.evicted_reason);
+    reply_json(res, node_json(n));
+  }
+
+  // 403 when `address` is an evicted node.
+  void refuse_evicted(const std::string& address) {
+    if (const auto n = state.node(address); n && n->evicted) {
+      refuse(403, "evicted", eviction_message(*n));
+    }
   }
 
   void submissions(const httplib::Request& req, httplib::Response& res) {
@@ -385,6 +539,7 @@ struct Server::Impl {
              fmt::format("field 'sha256' must be 64 lowercase hex digits ({})", where));
     }
     const int64_t size = integer_field(body, "size", 1, INT64_MAX, where);
+    refuse_evicted(key.node_address);
     const std::string what =
         fmt::format("step {} submission {} of node {}", key.step, key.submission, key.node_address);
     if (size > opt.max_upload_bytes) {
@@ -493,6 +648,7 @@ struct Server::Impl {
       refuse(403, url_check == UrlCheck::kExpired ? "url_expired" : "url_invalid",
              describe(url_check));
     }
+    refuse_evicted(key.node_address);  // a URL handed out before the eviction is void
     const std::string what =
         fmt::format("step {} submission {} of node {}", key.step, key.submission, key.node_address);
     const auto latest = state.latest(key);
@@ -526,6 +682,7 @@ struct Server::Impl {
     {
       std::lock_guard lock(decide_mu);
       if (state.is_accepted(key)) refuse(409, "duplicate", what + " is already accepted");
+      refuse_evicted(key.node_address);  // evicted while the file was being checked
       store.write(key.step, name, bytes);
       if (!state.accept(key, counts, now_s())) {
         store.remove(key.step, name);

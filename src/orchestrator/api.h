@@ -1,19 +1,32 @@
 // The orchestrator's HTTP API (the client side is client.h): the step counter, upload URLs,
-// uploads and their checks, the accepted files of each step, and the trainer's published policy
-// version. State lives in <data_dir>/orchestrator.sqlite (state.h) and accepted files in
+// uploads and their checks, the accepted files of each step, the trainer's published policy
+// version and public key, and the node registry with its evictions and the relays' IP allowlist.
+// State lives in <data_dir>/orchestrator.sqlite (state.h) and accepted files in
 // <data_dir>/rollouts/ (rollout/store.h), so a restarted server carries on where it stopped.
 //
 //   GET  /healthz                       200 "ok"
 //   GET  /metrics                       Prometheus text
-//   GET  /status                        run id, step counter, policy version, run shape, counts
+//   GET  /status                        run id, step counter, policy version, trainer public key,
+//                                       run shape, counts
 //   POST /submissions                   {node_address, step, submission, sha256, size} ->
-//                                       {upload_url, expires}; 400 malformed, 409 refused
+//                                       {upload_url, expires}; 400 malformed, 403 evicted node,
+//                                       409 refused
 //   PUT  /upload/step_<s>/<node>-<sub>.parquet?expires=&sig=
 //                                       the file: 200 {status, samples, signal_samples};
-//                                       403 bad or expired URL, 409 nothing pending, 422 rejected
+//                                       403 bad or expired URL or evicted node, 409 nothing
+//                                       pending, 422 rejected
 //   GET  /steps/<s>/accepted            {step, files: [...] in acceptance order, signal_samples}
 //   GET  /rollouts/step_<s>/<name>      the bytes of an accepted file; 404 otherwise
-//   POST /trainer/version               {version} (bearer trainer_token when configured)
+//   POST /trainer/version               {version, public_key?} (bearer trainer_token when
+//                                       configured)
+//   POST /nodes                         {address, timestamp, signature}: a node registers from
+//                                       its IP -> {address, ip}; 400 malformed, 401 bad
+//                                       signature, stale or replayed, 403 evicted
+//   GET  /nodes                         {nodes: [...]} every node with its fields (bearer
+//                                       trainer_token when configured)
+//   POST /nodes/<address>/evict         {reason?} (bearer trainer_token when configured): the
+//                                       node is cut off -> the node's fields
+//   GET  /allowlist                     {revision, ips}: what relays may serve (public)
 //
 // Every error is JSON {"error": "..."} naming what was wrong; no request can crash the server.
 // docs/orchestrator.md describes each endpoint's checks.
@@ -37,9 +50,16 @@ struct ApiOptions {
   int64_t steps = 50, batch_size = 64, group_size = 8, async_level = 2;  // [rl]
   int64_t url_ttl_s = 600;
   int64_t max_upload_bytes = int64_t{256} << 20;
-  std::string trainer_token;  // "" = POST /trainer/version is open
+  std::string trainer_token;  // "" = POST /trainer/version and evictions are open
   int http_threads = 16;
 };
+
+// How far a registration's timestamp may be from the orchestrator's clock, in seconds.
+inline constexpr int64_t kRegistrationWindowS = 300;
+
+// The message a node signs (Identity::sign_hex) to register: "trellis-register:<address>:<ts>",
+// `timestamp` in unix seconds.
+std::string registration_message(const std::string& address, int64_t timestamp);
 
 // [orchestrator] and [rl] of `config`; data_dir "" means `run_dir`, and the run ID is the run
 // directory's name. Error naming the key for a value out of range.

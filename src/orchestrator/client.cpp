@@ -2,9 +2,12 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 #include "common/error.h"
 #include "common/hashing.h"
 #include "common/json.h"
+#include "orchestrator/api.h"
 
 namespace trellis::orchestrator {
 namespace {
@@ -68,6 +71,7 @@ Status Client::status() {
     s.run_id = j.at("run_id").get<std::string>();
     s.step = j.at("step").get<int64_t>();
     s.policy_version = j.at("policy_version").get<int64_t>();
+    s.trainer_public_key = j.at("trainer_public_key").get<std::string>();
     s.steps = j.at("steps").get<int64_t>();
     s.async_level = j.at("async_level").get<int64_t>();
     s.batch_size = j.at("batch_size").get<int64_t>();
@@ -139,11 +143,68 @@ std::string Client::download(int64_t step, const std::string& name) {
   return std::move(res->body);
 }
 
-void Client::publish_version(int64_t version) {
+void Client::publish_version(int64_t version, const std::string& public_key) {
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post("/trainer/version", Json{{"version", version}}.dump(), "application/json");
+  Json body{{"version", version}};
+  if (!public_key.empty()) body["public_key"] = public_key;
+  auto res = c.Post("/trainer/version", body.dump(), "application/json");
   if (!res || res->status != 200)
     fail(base_url_ + "/trainer/version", "publishing version {} failed: {}", version, reason(res));
+}
+
+void Client::register_node(const Identity& node) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const Json body{{"address", node.address()},
+                  {"timestamp", now},
+                  {"signature", node.sign_hex(registration_message(node.address(), now))}};
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post("/nodes", body.dump(), "application/json");
+  if (!res || res->status != 200) {
+    fail(base_url_ + "/nodes", "registering node {} failed: {}", node.address(), reason(res));
+  }
+}
+
+void Client::evict(const std::string& address, const std::string& why) {
+  const std::string path = "/nodes/" + address + "/evict";
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post(path, Json{{"reason", why}}.dump(), "application/json");
+  if (!res || res->status != 200) fail(base_url_ + path, "eviction failed: {}", reason(res));
+}
+
+Allowlist Client::allowlist() {
+  const Json j = get_json(base_url_, token_, timeout_s_, "/allowlist");
+  Allowlist a;
+  try {
+    a.revision = j.at("revision").get<int64_t>();
+    a.ips = j.at("ips").get<std::vector<std::string>>();
+  } catch (const Json::exception& e) {
+    fail(base_url_ + "/allowlist", "unexpected answer: {}", e.what());
+  }
+  return a;
+}
+
+std::vector<Node> Client::nodes() {
+  const Json j = get_json(base_url_, token_, timeout_s_, "/nodes");
+  std::vector<Node> out;
+  try {
+    for (const auto& n : j.at("nodes")) {
+      Node i;
+      i.address = n.at("address").get<std::string>();
+      i.ip = n.at("ip").get<std::string>();
+      i.registered_at = n.at("registered_at").get<double>();
+      i.last_seen = n.at("last_seen").get<double>();
+      i.signed_at = n.at("signed_at").get<int64_t>();
+      i.evicted = n.at("evicted").get<bool>();
+      i.evicted_reason = n.at("evicted_reason").get<std::string>();
+      i.evicted_at = n.at("evicted_at").get<double>();
+      out.push_back(std::move(i));
+    }
+  } catch (const Json::exception& e) {
+    fail(base_url_ + "/nodes", "unexpected answer: {}", e.what());
+  }
+  return out;
 }
 
 }  // namespace trellis::orchestrator

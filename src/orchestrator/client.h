@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/config.h"
+#include "common/identity.h"
+#include "orchestrator/state.h"  // Node, Allowlist
 
 namespace trellis::orchestrator {
 
@@ -17,7 +19,8 @@ struct Status {
   std::string run_id;
   int64_t step = 0;            // the step counter: smallest step still lacking batch_size samples
   int64_t policy_version = 0;  // newest version the trainer has published
-  int64_t steps = 0;           // rl.steps: the run is done when the trainer has published it
+  std::string trainer_public_key;  // hex Ed25519 key that signs checkpoint manifests; "" = unknown
+  int64_t steps = 0;               // rl.steps: the run is done when the trainer has published it
   int64_t async_level = 0, batch_size = 0, group_size = 0;
   int64_t pending = 0, accepted = 0, rejected = 0;  // submissions by status
   double rollout_tokens_per_s = 0;  // completion tokens accepted per second, last 60 s
@@ -53,8 +56,19 @@ class Client {
   std::vector<AcceptedFile> accepted(int64_t step);
   // GET /rollouts/step_<step>/<name>: the bytes of an accepted file.
   std::string download(int64_t step, const std::string& name);
-  // POST /trainer/version: the trainer has published policy version `version`.
-  void publish_version(int64_t version);
+  // POST /trainer/version: the trainer has published policy version `version`; a non-empty
+  // `public_key` (64 hex digits) is recorded as the key that signs its checkpoint manifests.
+  void publish_version(int64_t version, const std::string& public_key = "");
+
+  // POST /nodes: registers `node` (its address, signed with the current time) from this
+  // machine's IP, so that relays serve it. Error when refused (e.g. the node was evicted).
+  void register_node(const Identity& node);
+  // POST /nodes/<address>/evict (needs the trainer token): `address` is refused from now on.
+  void evict(const std::string& address, const std::string& reason);
+  // GET /allowlist: the IPs relays may serve, and the revision that changes with them.
+  Allowlist allowlist();
+  // GET /nodes (needs the trainer token when the orchestrator has one)
+  std::vector<Node> nodes();
 
   const std::string& base_url() const { return base_url_; }
 

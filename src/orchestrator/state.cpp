@@ -3,6 +3,8 @@
 #include <sodium.h>
 #include <sqlite3.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/hashing.h"
 
@@ -35,7 +37,20 @@ CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_pending
   ON submissions (step, node, submission) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS submissions_by_step ON submissions (step, status, accept_seq);
 CREATE INDEX IF NOT EXISTS submissions_by_decision ON submissions (status, decided_at);
+CREATE TABLE IF NOT EXISTS nodes (
+  address TEXT PRIMARY KEY,
+  ip TEXT NOT NULL DEFAULT '',
+  registered_at REAL NOT NULL DEFAULT 0,
+  last_seen REAL NOT NULL DEFAULT 0,
+  signed_at INTEGER NOT NULL DEFAULT 0,
+  evicted INTEGER NOT NULL DEFAULT 0 CHECK (evicted IN (0, 1)),
+  evicted_reason TEXT NOT NULL DEFAULT '',
+  evicted_at REAL NOT NULL DEFAULT 0
+);
 )sql";
+
+constexpr const char* kNodeColumns =
+    "address, ip, registered_at, last_seen, signed_at, evicted, evicted_reason, evicted_at";
 
 constexpr const char* kColumns =
     "id, step, node, submission, sha256, size, status, reason, samples, signal_samples, "
@@ -90,6 +105,18 @@ class Stmt {
     s.created_at = f64(11);
     s.decided_at = f64(12);
     return s;
+  }
+  Node node() {  // the columns of kNodeColumns
+    Node n;
+    n.address = text(0);
+    n.ip = text(1);
+    n.registered_at = f64(2);
+    n.last_seen = f64(3);
+    n.signed_at = i64(4);
+    n.evicted = i64(5) != 0;
+    n.evicted_reason = text(6);
+    n.evicted_at = f64(7);
+    return n;
   }
 
  private:
@@ -176,6 +203,7 @@ State::State(const std::filesystem::path& path, const std::string& run_id) : pat
       set_meta("url_secret", url_secret_);
     }
     if (meta("policy_version").empty()) set_meta("policy_version", "0");
+    if (meta("allowlist_revision").empty()) set_meta("allowlist_revision", "0");
     tx.commit();
   } catch (...) {
     sqlite3_close(db_);
@@ -214,14 +242,105 @@ int64_t State::policy_version() {
   return std::stoll(meta("policy_version"));
 }
 
-int64_t State::publish_version(int64_t version) {
+int64_t State::publish_version(int64_t version, const std::string& public_key) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
-  const int64_t current = std::stoll(meta("policy_version"));
-  if (version <= current) return current;
-  set_meta("policy_version", std::to_string(version));
+  const int64_t newest = std::max<int64_t>(version, std::stoll(meta("policy_version")));
+  set_meta("policy_version", std::to_string(newest));
+  if (!public_key.empty()) set_meta("trainer_public_key", public_key);
   tx.commit();
-  return version;
+  return newest;
+}
+
+std::string State::trainer_public_key() {
+  std::lock_guard lock(mu_);
+  return meta("trainer_public_key");
+}
+
+std::vector<std::string> State::allowed_ips() {
+  Stmt q(db_, "SELECT DISTINCT ip FROM nodes WHERE evicted = 0 AND ip != '' ORDER BY ip", path_);
+  std::vector<std::string> out;
+  while (q.step()) out.push_back(q.text(0));
+  return out;
+}
+
+std::optional<Node> State::find_node(const std::string& address) {
+  Stmt q(db_, fmt::format("SELECT {} FROM nodes WHERE address = ?", kNodeColumns), path_);
+  q.bind(address);
+  if (!q.step()) return std::nullopt;
+  return q.node();
+}
+
+Registration State::register_node(const std::string& address, const std::string& ip,
+                                  int64_t signed_at, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  const std::optional<Node> before = find_node(address);
+  if (before && before->evicted) return {Registration::kEvicted, *before};
+  if (before && before->registered_at > 0 &&
+      (signed_at < before->signed_at || (signed_at == before->signed_at && ip != before->ip))) {
+    return {Registration::kReplayed, *before};
+  }
+  const std::vector<std::string> allowed = allowed_ips();
+  Stmt q(db_,
+         "INSERT INTO nodes (address, ip, registered_at, last_seen, signed_at) VALUES (?, ?, ?, ?, "
+         "?) ON CONFLICT (address) DO UPDATE SET ip = excluded.ip, last_seen = excluded.last_seen, "
+         "signed_at = excluded.signed_at, registered_at = CASE WHEN registered_at > 0 THEN "
+         "registered_at ELSE excluded.registered_at END",
+         path_);
+  q.bind(address).bind(ip).bind(now).bind(now).bind(signed_at).step();
+  if (allowed_ips() != allowed) {
+    set_meta("allowlist_revision", std::to_string(std::stoll(meta("allowlist_revision")) + 1));
+  }
+  Registration out{Registration::kRegistered, *find_node(address)};
+  tx.commit();
+  return out;
+}
+
+Node State::evict(const std::string& address, const std::string& reason, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  const std::vector<std::string> allowed = allowed_ips();
+  Stmt q(db_,
+         "INSERT INTO nodes (address, evicted, evicted_reason, evicted_at) VALUES (?, 1, ?, ?) ON "
+         "CONFLICT (address) DO UPDATE SET evicted = 1, evicted_reason = excluded.evicted_reason, "
+         "evicted_at = excluded.evicted_at WHERE evicted = 0",
+         path_);
+  q.bind(address).bind(reason).bind(now).step();
+  if (allowed_ips() != allowed) {
+    set_meta("allowlist_revision", std::to_string(std::stoll(meta("allowlist_revision")) + 1));
+  }
+  Node out = *find_node(address);
+  tx.commit();
+  return out;
+}
+
+std::optional<Node> State::node(const std::string& address) {
+  std::lock_guard lock(mu_);
+  return find_node(address);
+}
+
+std::vector<Node> State::nodes() {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, fmt::format("SELECT {} FROM nodes ORDER BY address", kNodeColumns), path_);
+  std::vector<Node> out;
+  while (q.step()) out.push_back(q.node());
+  return out;
+}
+
+NodeCounts State::node_counts() {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "SELECT COALESCE(SUM(evicted = 0 AND registered_at > 0), 0), COALESCE(SUM(evicted), 0) "
+         "FROM nodes",
+         path_);
+  q.step();
+  return {q.i64(0), q.i64(1)};
+}
+
+Allowlist State::allowlist() {
+  std::lock_guard lock(mu_);
+  return {std::stoll(meta("allowlist_revision")), allowed_ips()};
 }
 
 bool State::request(const SubmissionKey& key, const std::string& sha256, int64_t size, double now) {

@@ -15,7 +15,7 @@
 #include "orchestrator/client.h"
 #include "pipeline/fixed_data_sampler.h"
 #include "pipeline/partial_rollouts.h"
-#include "pipeline/policy_dir.h"
+#include "pipeline/policy_fetcher.h"
 #include "pipeline/rollout_rows.h"
 #include "rl/advantages.h"
 #include "rl/rl_loop.h"
@@ -46,8 +46,6 @@ class Worker {
     fs::path key_file = config.get<std::string>("infer.key_file");
     if (key_file.empty()) key_file = run_dir / "keys" / (name_ + ".key");
     identity_ = std::make_unique<Identity>(Identity::load_or_create(key_file));
-    policy_dir_ = config.get<std::string>("infer.policy_dir");
-    if (policy_dir_.empty()) policy_dir_ = run_dir / "policy";
     groups_per_submission_ = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
     poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
     partial_ = config.get<bool>("infer.partial_rollouts");
@@ -60,8 +58,12 @@ class Worker {
     base_model_ = config.get<std::string>("model.path");
     if (base_model_.empty())
       fail("model.path", "no model: set [model] path (the tokenizer and architecture)");
-    log::info("worker {} ({}), orchestrator {}, policies from {}", name_, identity_->address(),
-              client_.base_url(), policy_dir_.string());
+    fetcher_ = std::make_unique<PolicyFetcher>(config, run_dir / "policies" / name_, base_model_,
+                                               *identity_, stop);
+    log::info(
+        "worker {} ({}), orchestrator {}, policies from relays {}", name_, identity_->address(),
+        client_.base_url(),
+        fmt::format("{}", fmt::join(config.get_list<std::string>("shardcast.relay_urls"), ", ")));
     if (partial_) {
       log::info(
           "C3PO++ partial rollouts: {} completions in flight, {} tokens per iteration, "
@@ -90,7 +92,7 @@ class Worker {
       }
       run_id_ = status.run_id;
       const int64_t step = status.step;
-      if (step >= status.steps || !hold_policy(step - rl_.async_level, status.policy_version)) {
+      if (step >= status.steps || !hold_policy(step - rl_.async_level)) {
         sleep();
         continue;
       }
@@ -105,15 +107,18 @@ class Worker {
  private:
   void sleep() { std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_)); }
 
-  // Loads the newest policy the orchestrator has announced (at most `published`) if it is newer
-  // than the one held; true when the held version is at least `min_version`.
-  bool hold_policy(int64_t min_version, int64_t published) {
+  // Loads the newest verified version the fetcher holds, if newer than the one held (it is at
+  // most the orchestrator's announced version); true when the held version is at least
+  // `min_version`.
+  bool hold_policy(int64_t min_version) {
     const double t0 = now_s();
-    try {
-      const auto newest = newest_policy(policy_dir_, published);
-      if (newest && newest->first > version_) load_policy(newest->first, newest->second);
-    } catch (const std::exception& e) {  // a version pruned while we read it: try the next one
-      log::warn("could not load a policy from {}: {}", policy_dir_.string(), e.what());
+    if (const auto newer = fetcher_->newer_than(version_)) {
+      try {
+        load_policy(newer->first, newer->second);
+        fetcher_->release_older_than(version_);
+      } catch (const std::exception& e) {
+        log::warn("could not load policy version {}: {}", newer->first, e.what());
+      }
     }
     const bool ok = engine_ && version_ >= min_version;
     if (!ok) waited_for_weights_ += now_s() - t0 + poll_s_;
@@ -292,7 +297,7 @@ class Worker {
   orchestrator::Client client_;
   std::string name_, run_id_;
   std::unique_ptr<Identity> identity_;
-  fs::path policy_dir_, base_model_;
+  fs::path base_model_;
   int64_t groups_per_submission_ = 1;
   double poll_s_ = 0.5, waited_for_weights_ = 0;
   std::unique_ptr<env::Environment> environment_;
@@ -302,6 +307,7 @@ class Worker {
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::Prompting> prompting_;
   std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<PolicyFetcher> fetcher_;  // after the engine: it stops first
   int64_t version_ = -1;
   std::map<int64_t, int64_t> next_submission_;
   double generating_s_ = 0;  // in the engine and scoring since the last file

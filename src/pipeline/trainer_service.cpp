@@ -11,7 +11,7 @@
 #include "model/checkpoint.h"
 #include "model/flops.h"
 #include "orchestrator/client.h"
-#include "pipeline/policy_dir.h"
+#include "pipeline/policy_publisher.h"
 #include "pipeline/rollout_rows.h"
 #include "rl/advantages.h"
 #include "rl/checkpoints.h"
@@ -39,8 +39,6 @@ class TrainerService {
         client_(orchestrator::client_url(config),
                 config.get<std::string>("orchestrator.trainer_token")) {
     poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
-    policy_dir_ = config.get<std::string>("infer.policy_dir");
-    if (policy_dir_.empty()) policy_dir_ = run_dir / "policy";
     base_model_ = config.get<std::string>("model.path");
     if (base_model_.empty())
       fail("model.path", "no model: set [model] path (a Hugging Face directory)");
@@ -68,14 +66,16 @@ class TrainerService {
     log::info("trainer: {} on {}, {} steps of {} samples ({} per prompt), async level {}",
               weights.string(), compute.describe(), cfg_.steps, cfg_.batch_size, cfg_.group_size,
               cfg_.async_level);
-    log::info("orchestrator {}, policies to {}", client_.base_url(), policy_dir_.string());
+    publisher_ = std::make_unique<PolicyPublisher>(config, run_dir, stop);
+    log::info("orchestrator {}, policies through the origin {}", client_.base_url(),
+              publisher_->origin_url());
   }
 
   void run() {
     rl::MetricsLog log(run_dir_ / "metrics.jsonl", start_step_);
     // Versions beyond the checkpoint belong to a timeline this run no longer continues.
-    remove_policies_after(policy_dir_, start_step_);
-    publish(start_step_);
+    publisher_->remove_versions_after(start_step_);
+    publisher_->publish(start_step_, *model_);
     for (int64_t s = start_step_; s < cfg_.steps && !stop_; ++s) {
       const double t0 = now_s();
       std::vector<rollout::RolloutRecord> rows;
@@ -89,7 +89,7 @@ class TrainerService {
         m.append(trainer_->step(batch_));
       }
       rl::write_total_clip(m);
-      publish(s + 1);
+      publisher_->publish(s + 1, *model_);
       if (s + 1 == cfg_.steps ||
           (cfg_.checkpoint_every > 0 && (s + 1) % cfg_.checkpoint_every == 0)) {
         checkpoint(s + 1);
@@ -194,19 +194,6 @@ class TrainerService {
     return m;
   }
 
-  void publish(int64_t version) {
-    publish_policy(policy_dir_, version, *model_, base_model_, cfg_.async_level + 2);
-    while (!stop_) {
-      try {
-        client_.publish_version(version);
-        return;
-      } catch (const Error& e) {
-        log::warn("{}; retrying", e.what());
-        std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_));
-      }
-    }
-  }
-
   void checkpoint(int64_t next_step) {
     const fs::path dir = rl::save_checkpoint(run_dir_ / "checkpoints", next_step, *model_,
                                              trainer_->optimizer(), base_model_, Json::object());
@@ -219,7 +206,8 @@ class TrainerService {
   rl::RlLoopConfig cfg_;
   orchestrator::Client client_;
   double poll_s_ = 0.5;
-  fs::path policy_dir_, base_model_;
+  fs::path base_model_;
+  std::unique_ptr<PolicyPublisher> publisher_;
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<rl::Trainer> trainer_;
   std::vector<rl::Rollout> batch_;

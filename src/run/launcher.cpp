@@ -73,6 +73,12 @@ double number(const Json& j, const char* key) {
 }
 
 class Launcher {
+  struct Relay {
+    std::string name, upstream, url;
+    int port = 0;  // 0 until the first start; a restart keeps it
+    std::unique_ptr<ChildProcess> process;
+  };
+
  public:
   Launcher(const Config& config, const fs::path& run_dir, const LaunchOptions& options,
            const std::atomic<bool>& stop)
@@ -84,6 +90,12 @@ class Launcher {
     threads_per_role_ = std::max<int64_t>(1, threads / (workers_ + 1));
     data_dir_ = config.get<std::string>("orchestrator.data_dir");
     if (data_dir_.empty()) data_dir_ = run_dir;
+    relays_ = config.get_at_least<int64_t>("shardcast.relays", 0);
+    tree_ = config.get<std::string>("shardcast.tree");
+    if (tree_ != "star" && tree_ != "chain")
+      fail("shardcast.tree", "unknown relay tree '{}' (star | chain)", tree_);
+    origin_dir_ = config.get<std::string>("shardcast.origin_dir");
+    if (origin_dir_.empty()) origin_dir_ = run_dir / "shardcast" / "origin";
     // One machine may hold several runs: the orchestrator takes a free port (orchestrator.port
     // is ignored here) and keeps it across restarts.
   }
@@ -92,15 +104,26 @@ class Launcher {
     start_orchestrator();
     trainer_ = role("trainer", {"trainer"});
     if (options_.resume) trainer_->argv().push_back("--resume");
+    fs::remove(origin_dir_ / "origin.url");  // a crashed run's would name a dead port
     trainer_->start();
+    const std::string origin = wait_for_url(*trainer_, origin_dir_ / "origin.url");
+    start_relays(origin);
+    std::string relay_urls;
+    for (const auto& r : relays_list_)
+      relay_urls += (relay_urls.empty() ? "\"" : ",\"") + r.url + "\"";
+    if (relays_list_.empty()) relay_urls = "\"" + origin + "\"";
     for (int64_t i = 0; i < workers_; ++i) {
       const std::string name = "worker-" + std::to_string(i);
-      workers_list_.push_back(role(name, {"infer", "--set", "infer.name=" + name}));
+      workers_list_.push_back(role(name, {"infer", "--set", "infer.name=" + name, "--set",
+                                          "shardcast.relay_urls=[" + relay_urls + "]"}));
       workers_list_.back()->start();
     }
-    std::printf("run directory %s: orchestrator %s, trainer, %lld workers (%lld thread%s each)\n",
-                run_dir_.c_str(), url_.c_str(), static_cast<long long>(workers_),
-                static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s");
+    std::printf(
+        "run directory %s: orchestrator %s, trainer (origin %s), %lld relay%s (%s), %lld workers "
+        "(%lld thread%s each)\n",
+        run_dir_.c_str(), url_.c_str(), origin.c_str(), static_cast<long long>(relays_),
+        relays_ == 1 ? "" : "s", tree_.c_str(), static_cast<long long>(workers_),
+        static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s");
     std::fflush(stdout);
 
     int trainer_status = -1;
@@ -167,6 +190,47 @@ class Launcher {
     port_ = std::stoll(url_.substr(url_.rfind(':') + 1));
   }
 
+  // Waits until `child` has written its URL to `url_file` (it listens), and returns it.
+  std::string wait_for_url(ChildProcess& child, const fs::path& url_file) {
+    const auto t0 = Clock::now();
+    while (!fs::exists(url_file)) {
+      if (auto st = child.poll())
+        fail(child.log().string(), "{} exited with status {}:\n{}", child.name(), *st,
+             child.log_tail(10));
+      if (seconds_since(t0) > 120)
+        fail(child.log().string(), "{} did not start listening in 120 s", child.name());
+      sleep_s(0.05);
+    }
+    std::string url = read_file(url_file);
+    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+    return url;
+  }
+
+  // The relays: in a star every one pulls from the origin, in a chain each from the one before.
+  // Each serves only the nodes the orchestrator lists as active.
+  void start_relays(const std::string& origin) {
+    for (int64_t i = 0; i < relays_; ++i) {
+      Relay r;
+      r.upstream = tree_ == "chain" && i > 0 ? relays_list_.back().url : origin;
+      r.name = "relay-" + std::to_string(i);
+      relays_list_.push_back(std::move(r));
+      start_relay(relays_list_.back());
+    }
+  }
+
+  // Starts (or restarts, on the same port) a relay and waits until it listens.
+  void start_relay(Relay& r) {
+    const fs::path url_file = run_dir_ / "shardcast" / r.name / "relay.url";
+    fs::remove(url_file);
+    r.process = role(r.name, {"relay", "--set", "relay.name=" + r.name, "--set",
+                              "relay.port=" + std::to_string(r.port), "--set",
+                              "relay.upstreams=[\"" + r.upstream + "\"]", "--set",
+                              "relay.allowlist_url=" + url_});
+    r.process->start();
+    r.url = wait_for_url(*r.process, url_file);
+    r.port = std::stoi(r.url.substr(r.url.rfind(':') + 1));
+  }
+
   // A worker or the orchestrator that died is restarted (its state survives: the orchestrator's
   // in SQLite, a worker's in the orchestrator); the count is reported. One that fails 3 times in
   // a row within 30 s of starting (a bad configuration, a missing file) ends the run with its
@@ -177,6 +241,14 @@ class Launcher {
       log::warn("orchestrator exited with status {}; restarting it on port {}", *st, port_);
       ++restarts_;
       start_orchestrator();
+    }
+    for (auto& r : relays_list_) {
+      if (auto st = r.process->poll()) {
+        check_crash_loop(*r.process, *st);
+        log::warn("{} exited with status {}; restarting it on port {}", r.name, *st, r.port);
+        ++restarts_;
+        start_relay(r);
+      }
     }
     for (auto& w : workers_list_) {
       if (auto st = w->poll(); st && *st != 0) {
@@ -238,8 +310,8 @@ class Launcher {
     std::fflush(stdout);
   }
 
-  // Workers first (they exit on their own once the run is done), then the trainer, then the
-  // orchestrator, which must outlive every upload.
+  // Workers first (they exit on their own once the run is done), then the trainer and the
+  // relays, then the orchestrator, which must outlive every upload.
   void shutdown(bool completed) {
     const double grace = completed ? 30 : 10;
     const auto t0 = Clock::now();
@@ -248,10 +320,14 @@ class Launcher {
         while (w->running() && seconds_since(t0) < grace) sleep_s(0.05);
     for (auto& w : workers_list_) w->stop(5);
     trainer_->stop(30);
+    for (auto& r : relays_list_) r.process->stop(5);
     orchestrator_->stop(10);
   }
 
-  fs::path run_dir_, data_dir_;
+  fs::path run_dir_, data_dir_, origin_dir_;
+  std::string tree_;
+  int64_t relays_ = 0;
+  std::vector<Relay> relays_list_;
   LaunchOptions options_;
   const std::atomic<bool>& stop_;
   int64_t workers_ = 1, steps_ = 0, threads_per_role_ = 1, port_ = 0, restarts_ = 0;

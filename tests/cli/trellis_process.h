@@ -74,6 +74,9 @@ class TrellisProcess {
     return -1;
   }
 
+  // Sends `sig` without waiting (SIGSTOP freezes the process, SIGCONT resumes it).
+  void signal(int sig) { ::kill(pid_, sig); }
+
   std::string log() {
     std::lock_guard lock(mu_);
     return log_;

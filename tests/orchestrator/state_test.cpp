@@ -1,5 +1,6 @@
 // The orchestrator's building blocks: counting signal samples per file, the step counter rule,
-// signed URLs, and the SQLite state surviving a reopen with every decision intact.
+// signed URLs, and the SQLite state surviving a reopen with every decision intact: submissions,
+// the trainer's public key, node registrations, evictions and the allowlist revision.
 #include <unistd.h>
 
 #include <filesystem>
@@ -111,6 +112,107 @@ TEST(State, DecisionsSurviveAReopen) {
   EXPECT_FALSE(s.is_accepted(c));
   EXPECT_EQ(s.accepted_totals().completion_tokens, 48);
   EXPECT_EQ(s.completion_tokens_since(111), 16);
+  fs::remove_all(dir);
+}
+
+TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
+  const auto dir =
+      fs::temp_directory_path() / ("trellis_state_nodes_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const auto db = dir / "orchestrator.sqlite";
+  const std::string a(64, 'a'), b(64, 'b'), c(64, 'c'), d(64, 'd'), key(64, 'e');
+  const auto ips = [](State& s) { return s.allowlist().ips; };
+  const auto revision = [](State& s) { return s.allowlist().revision; };
+  using V = std::vector<std::string>;
+  {
+    State s(db, "run-1");
+    EXPECT_EQ(s.trainer_public_key(), "");
+    EXPECT_EQ(s.allowlist().revision, 0);
+    EXPECT_TRUE(s.allowlist().ips.empty());
+
+    Registration r = s.register_node(a, "10.0.0.2", 1000, 1000.5);
+    EXPECT_EQ(r.outcome, Registration::kRegistered);
+    EXPECT_EQ(r.node.ip, "10.0.0.2");
+    EXPECT_EQ(r.node.registered_at, 1000.5);
+    EXPECT_EQ(r.node.signed_at, 1000);
+    EXPECT_EQ(revision(s), 1);
+    EXPECT_EQ(s.register_node(b, "10.0.0.1", 1000, 1001).outcome, Registration::kRegistered);
+    EXPECT_EQ(revision(s), 2);
+    EXPECT_EQ(ips(s), (V{"10.0.0.1", "10.0.0.2"}));  // sorted
+    // A second node behind the same IP does not change the set.
+    EXPECT_EQ(s.register_node(c, "10.0.0.2", 1000, 1002).outcome, Registration::kRegistered);
+    EXPECT_EQ(revision(s), 2);
+    EXPECT_EQ(ips(s), (V{"10.0.0.1", "10.0.0.2"}));  // de-duplicated
+
+    // Re-registering is idempotent (the same signed request too); first registration time kept.
+    r = s.register_node(a, "10.0.0.2", 1000, 1003);
+    EXPECT_EQ(r.outcome, Registration::kRegistered);
+    r = s.register_node(a, "10.0.0.2", 1010, 1010);
+    EXPECT_EQ(r.outcome, Registration::kRegistered);
+    EXPECT_EQ(r.node.registered_at, 1000.5);
+    EXPECT_EQ(r.node.last_seen, 1010);
+    EXPECT_EQ(revision(s), 2);
+    // An older registration, or the newest one from another IP, is a replay: nothing changes.
+    r = s.register_node(a, "10.0.0.9", 1009, 1011);
+    EXPECT_EQ(r.outcome, Registration::kReplayed);
+    EXPECT_EQ(r.node.ip, "10.0.0.2");
+    EXPECT_EQ(s.register_node(a, "10.0.0.9", 1010, 1011).outcome, Registration::kReplayed);
+    EXPECT_EQ(s.node(a)->ip, "10.0.0.2");
+    EXPECT_EQ(s.node(a)->last_seen, 1010);
+    EXPECT_EQ(revision(s), 2);
+    // A node whose IP changes moves; the old IP stays while node c uses it.
+    EXPECT_EQ(s.register_node(a, "10.0.0.3", 1020, 1020).outcome, Registration::kRegistered);
+    EXPECT_EQ(ips(s), (V{"10.0.0.1", "10.0.0.2", "10.0.0.3"}));
+    EXPECT_EQ(revision(s), 3);
+
+    // Evicting c removes 10.0.0.2; evicting a never-registered node creates its row.
+    Node n = s.evict(c, "forged rollouts", 1030);
+    EXPECT_TRUE(n.evicted);
+    EXPECT_EQ(n.evicted_reason, "forged rollouts");
+    EXPECT_EQ(n.ip, "10.0.0.2");  // kept for operators
+    EXPECT_EQ(ips(s), (V{"10.0.0.1", "10.0.0.3"}));
+    EXPECT_EQ(revision(s), 4);
+    n = s.evict(d, "never seen", 1031);
+    EXPECT_TRUE(n.evicted);
+    EXPECT_EQ(n.ip, "");
+    EXPECT_EQ(n.registered_at, 0);
+    EXPECT_EQ(revision(s), 4);  // the allowed set did not change
+    // Evicted nodes stay out, whatever they sign; a second eviction keeps the first reason.
+    r = s.register_node(d, "10.0.0.4", 1040, 1040);
+    EXPECT_EQ(r.outcome, Registration::kEvicted);
+    EXPECT_EQ(r.node.evicted_reason, "never seen");
+    EXPECT_EQ(s.register_node(c, "10.0.0.2", 1040, 1040).outcome, Registration::kEvicted);
+    EXPECT_EQ(s.evict(c, "again", 1041).evicted_reason, "forged rollouts");
+    EXPECT_EQ(ips(s), (V{"10.0.0.1", "10.0.0.3"}));
+    EXPECT_EQ(revision(s), 4);
+    EXPECT_EQ(s.node_counts().registered, 2);
+    EXPECT_EQ(s.node_counts().evicted, 2);
+
+    EXPECT_EQ(s.publish_version(3, key), 3);
+    EXPECT_EQ(s.publish_version(2, std::string(64, 'f')), 3);  // an older version: key still taken
+    EXPECT_EQ(s.publish_version(4), 4);                        // no key: the stored one stays
+  }
+  State s(db, "run-1");
+  EXPECT_EQ(s.trainer_public_key(), std::string(64, 'f'));
+  EXPECT_EQ(s.policy_version(), 4);
+  const Allowlist list = s.allowlist();
+  EXPECT_EQ(list.revision, 4);
+  EXPECT_EQ(list.ips, (V{"10.0.0.1", "10.0.0.3"}));
+  const auto nodes = s.nodes();
+  ASSERT_EQ(nodes.size(), 4u);  // by address
+  EXPECT_EQ(nodes[0].address, a);
+  EXPECT_EQ(nodes[0].ip, "10.0.0.3");
+  EXPECT_EQ(nodes[0].registered_at, 1000.5);
+  EXPECT_EQ(nodes[0].signed_at, 1020);
+  EXPECT_FALSE(nodes[0].evicted);
+  EXPECT_EQ(nodes[2].address, c);
+  EXPECT_TRUE(nodes[2].evicted);
+  EXPECT_EQ(nodes[2].evicted_reason, "forged rollouts");
+  EXPECT_EQ(nodes[2].evicted_at, 1030);
+  EXPECT_EQ(s.register_node(c, "10.0.0.2", 2000, 2000).outcome, Registration::kEvicted);
+  // A replay of a's last registration from elsewhere is still refused after the reopen.
+  EXPECT_EQ(s.register_node(a, "10.0.0.9", 1020, 2000).outcome, Registration::kReplayed);
+  EXPECT_FALSE(s.node(std::string(64, '9')).has_value());
   fs::remove_all(dir);
 }
 

@@ -17,9 +17,11 @@
 #include "cli/run_cli.h"
 #include "common/files.h"
 #include "common/hashing.h"
+#include "common/identity.h"
 #include "orchestrator/client.h"
 #include "rollout/data_sampling.h"
 #include "rollout/rollout_file.h"
+#include "shardcast/manifest.h"
 
 namespace trellis::test {
 namespace {
@@ -86,11 +88,16 @@ class Pipeline : public ::testing::Test {
     }
     return done();
   }
+  // The binary as a command line starts with: TRELLIS_BIN for the processes a test starts, and
+  // for the roles `trellis run` starts, its own path with symlinks resolved (/proc/self/exe).
+  static std::string binaries() {
+    return "(" + std::string(TRELLIS_BIN) + "|" + fs::canonical(TRELLIS_BIN).string() + ")";
+  }
   // `signal` (KILL, TERM) to the `trellis` processes whose arguments match `pattern` (a regex).
   // Anchored at the binary, so neither the shell that runs pkill nor the one that popen started
   // a command in (both hold the text in their own command lines) matches.
   static void kill_matching(const std::string& pattern, const std::string& signal = "KILL") {
-    const std::string regex = "^" + std::string(TRELLIS_BIN) + " " + pattern;
+    const std::string regex = "^" + binaries() + " " + pattern;
     ASSERT_EQ(std::system(("pkill -" + signal + " -f " + quoted(regex)).c_str()), 0)
         << "no process matched " << pattern;
   }
@@ -123,10 +130,21 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   // The run directory: resolved config, one log per role, checkpoints, the published policies,
   // the rollout files (our reader and the spec's layout), the report.
   EXPECT_TRUE(fs::exists(run_dir / "config.toml"));
-  for (const char* role : {"orchestrator", "trainer", "worker-0", "worker-1"})
+  for (const char* role : {"orchestrator", "trainer", "relay-0", "worker-0", "worker-1"})
     EXPECT_TRUE(fs::exists(run_dir / "logs" / (std::string(role) + ".log"))) << role;
   EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer.pt"));
-  EXPECT_TRUE(fs::exists(run_dir / "policy" / "step_4" / "model.safetensors"));
+  // Policies went out through SHARDCAST: the origin published every version (signed), the relay
+  // pulled them, and the workers fetched verified copies.
+  const auto origin = shardcast::read_manifest(run_dir / "shardcast" / "origin");
+  ASSERT_NE(origin.newest(), nullptr);
+  EXPECT_EQ(origin.newest()->version, steps);
+  const std::string trainer_key =
+      Identity::load_or_create(run_dir / "keys" / "trainer.key").address();
+  for (const auto& v : origin.versions) EXPECT_TRUE(v.signed_by(trainer_key)) << v.version;
+  EXPECT_FALSE(shardcast::read_manifest(run_dir / "shardcast" / "relay-0").versions.empty());
+  for (const char* worker : {"worker-0", "worker-1"})
+    EXPECT_CONTAINS(read_file(run_dir / "logs" / (std::string(worker) + ".log")),
+                    "fetched policy version");
   const std::string report = read_file(run_dir / "report.html");
   EXPECT_CONTAINS(report, "<svg");
   std::set<std::string> nodes;
@@ -181,7 +199,7 @@ TEST_F(Pipeline, PartialRolloutWorkerFillsEveryStepWithGroupsNamingTheirDraws) {
 
 TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunCompletes) {
   const fs::path run_dir = dir_ / "killed";
-  const int steps = 8;
+  const int steps = 20;  // long enough that both kills land mid-run
   auto launcher =
       std::async(std::launch::async, [&] { return run_trellis(run_args(run_dir, steps)); });
   ASSERT_TRUE(wait_for([&] { return metric_lines(run_dir) >= 2; }, 600)) << "no progress";
@@ -192,10 +210,12 @@ TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunComple
   kill_matching("infer " + (run_dir / "config.toml").string() + " .*infer.name=worker-0");
   ASSERT_TRUE(wait_for([&] { return metric_lines(run_dir) >= 4; }, 600)) << "no progress";
   kill_matching("orchestrator " + (run_dir / "config.toml").string() + " .*orchestrator.port=");
+  kill_matching("relay " + (run_dir / "config.toml").string() + " .*relay.name=relay-0");
   const auto r = launcher.get();
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "worker-0 exited");
   EXPECT_CONTAINS(r.output, "orchestrator exited");
+  EXPECT_CONTAINS(r.output, "relay-0 exited");
   const auto rows = read_jsonl(run_dir / "metrics.jsonl");
   ASSERT_EQ(rows.size(), static_cast<size_t>(steps));
   for (const auto& row : rows) EXPECT_EQ(row["samples"].get<double>(), 64);
@@ -230,9 +250,7 @@ TEST_F(Pipeline, AWorkerThatCannotStartEndsTheRunWithItsError) {
   EXPECT_CONTAINS(r.output, "3 times in a row");
   EXPECT_CONTAINS(r.output, "infer.groups_per_submission");
   EXPECT_NE(
-      std::system(("pgrep -f " + quoted("^" + std::string(TRELLIS_BIN) + " .*" + run_dir.string()))
-                      .c_str()),
-      0)
+      std::system(("pgrep -f " + quoted("^" + binaries() + " .*" + run_dir.string())).c_str()), 0)
       << "a role outlived the launcher";
 }
 

@@ -1,0 +1,111 @@
+#include "pipeline/policy_fetcher.h"
+
+#include <chrono>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "orchestrator/client.h"
+
+namespace trellis::pipeline {
+namespace fs = std::filesystem;
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+fs::path version_dir(const fs::path& dir, int64_t version) {
+  return dir / ("step_" + std::to_string(version));
+}
+
+}  // namespace
+
+PolicyFetcher::PolicyFetcher(const Config& config, fs::path dir, fs::path base_model,
+                             const Identity& identity, const std::atomic<bool>& stop)
+    : config_(config),
+      dir_(std::move(dir)),
+      base_model_(std::move(base_model)),
+      identity_(identity),
+      stop_(stop),
+      orchestrator_url_(orchestrator::client_url(config)) {
+  poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
+  if (config.get_list<std::string>("shardcast.relay_urls").empty())
+    fail("shardcast.relay_urls", "no relay to fetch policies from: list the relays' URLs");
+  thread_ = std::thread([this] { loop(); });
+}
+
+PolicyFetcher::~PolicyFetcher() {
+  stopping_ = true;
+  thread_.join();
+}
+
+std::optional<std::pair<int64_t, fs::path>> PolicyFetcher::newer_than(int64_t held) {
+  std::lock_guard lock(mu_);
+  if (fetched_ <= held) return std::nullopt;
+  return std::make_pair(fetched_, version_dir(dir_, fetched_));
+}
+
+void PolicyFetcher::release_older_than(int64_t version) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) != 0) continue;
+    try {
+      if (std::stoll(name.substr(5)) < version) fs::remove_all(e.path(), ec);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+void PolicyFetcher::loop() {
+  while (!stop_ && !stopping_) {
+    try {
+      fetch_once();
+    } catch (const std::exception& e) {
+      if (now_s() - last_warning_ > 10) {
+        log::warn("policy fetch: {}", e.what());
+        last_warning_ = now_s();
+      }
+    }
+    for (double slept = 0; slept < poll_s_ && !stop_ && !stopping_; slept += 0.05)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+void PolicyFetcher::fetch_once() {
+  orchestrator::Client orchestrator(orchestrator_url_);
+  if (!registered_) {  // the relays serve only nodes the orchestrator lists
+    orchestrator.register_node(identity_);
+    registered_ = true;
+  }
+  const auto status = orchestrator.status();
+  if (status.trainer_public_key.empty()) return;  // nothing published yet: nothing to verify
+  if (!client_ || trainer_key_ != status.trainer_public_key) {
+    auto o = shardcast::ClientOptions::from_config(config_);
+    o.relays = config_.get_list<std::string>("shardcast.relay_urls");
+    o.trainer_public_key = trainer_key_ = status.trainer_public_key;
+    o.cache_dir = dir_ / "shards";
+    o.seed = std::hash<std::string>{}(identity_.address());
+    o.stop = &stopping_;
+    client_ = std::make_unique<shardcast::Client>(std::move(o));
+  }
+  int64_t above;
+  {
+    std::lock_guard lock(mu_);
+    above = fetched_;
+  }
+  if (status.policy_version <= above) return;
+  const auto report = client_->fetch_newest(above, status.policy_version, [&](int64_t v) {
+    const fs::path dir = version_dir(dir_, v);
+    fs::create_directories(dir);
+    fs::copy_file(base_model_ / "config.json", dir / "config.json",
+                  fs::copy_options::overwrite_existing);
+    return dir / "model.safetensors";
+  });
+  if (!report) return;
+  log::info("fetched policy {}", report->summary());
+  std::lock_guard lock(mu_);
+  fetched_ = report->version;
+}
+
+}  // namespace trellis::pipeline

@@ -1,0 +1,102 @@
+#include "shardcast/access_control.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace trellis::shardcast {
+namespace {
+
+bool parse_ipv4(const std::string& text, uint32_t& out) {
+  in_addr a{};
+  if (inet_pton(AF_INET, text.c_str(), &a) != 1) return false;
+  out = ntohl(a.s_addr);
+  return true;
+}
+
+bool is_ipv6(const std::string& text) {
+  in6_addr a{};
+  return inet_pton(AF_INET6, text.c_str(), &a) == 1;
+}
+
+}  // namespace
+
+bool ip_matches(const std::string& ip, const std::string& entry) {
+  const auto slash = entry.find('/');
+  if (slash == std::string::npos) return ip == entry;
+  uint32_t net = 0, addr = 0;
+  int bits = -1;
+  try {
+    bits = std::stoi(entry.substr(slash + 1));
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (bits < 0 || bits > 32 || !parse_ipv4(entry.substr(0, slash), net) || !parse_ipv4(ip, addr))
+    return false;
+  const uint32_t mask = bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
+  return (net & mask) == (addr & mask);
+}
+
+void check_allowlist_entry(const std::string& entry, const std::string& where) {
+  uint32_t ignored = 0;
+  const auto slash = entry.find('/');
+  if (slash == std::string::npos) {
+    if (parse_ipv4(entry, ignored) || is_ipv6(entry)) return;
+  } else if (parse_ipv4(entry.substr(0, slash), ignored)) {
+    const std::string bits = entry.substr(slash + 1);
+    if (!bits.empty() && bits.size() <= 2 &&
+        std::all_of(bits.begin(), bits.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+        std::stoi(bits) <= 32)
+      return;
+  }
+  fail(where, "'{}' is not an IP address or IPv4 network (a.b.c.d/n)", entry);
+}
+
+void AccessControl::set_static(std::vector<std::string> entries) {
+  std::lock_guard lock(mu_);
+  static_ = std::move(entries);
+}
+
+void AccessControl::set_dynamic(std::vector<std::string> ips) {
+  std::lock_guard lock(mu_);
+  dynamic_ = std::set<std::string>(ips.begin(), ips.end());
+  dynamic_set_ = true;
+}
+
+bool AccessControl::allowed(const std::string& ip) const {
+  std::lock_guard lock(mu_);
+  if (static_.empty() && !dynamic_set_) return true;
+  if (dynamic_.count(ip)) return true;
+  return std::any_of(static_.begin(), static_.end(),
+                     [&](const std::string& e) { return ip_matches(ip, e); });
+}
+
+bool AccessControl::admit_request(const std::string& ip, double now_s) {
+  if (limits_.requests_per_s <= 0) return true;
+  const double burst = limits_.burst > 0 ? limits_.burst : std::max(1.0, limits_.requests_per_s);
+  std::lock_guard lock(mu_);
+  Bucket& b = requests_[ip];
+  b.tokens = b.last_s < 0 ? burst
+                          : std::min(burst, b.tokens + (now_s - b.last_s) * limits_.requests_per_s);
+  b.last_s = now_s;
+  if (b.tokens < 1) return false;
+  b.tokens -= 1;
+  return true;
+}
+
+double AccessControl::reserve_bytes(const std::string& ip, int64_t bytes, double now_s) {
+  if (limits_.bytes_per_s <= 0) return 0;
+  std::lock_guard lock(mu_);
+  // The bucket may go negative: a debt paid back at the limit, which is how long to wait.
+  Bucket& b = bytes_[ip];
+  const double capacity = limits_.bytes_per_s / 10;  // 100 ms of burst
+  b.tokens = b.last_s < 0 ? capacity
+                          : std::min(capacity, b.tokens + (now_s - b.last_s) * limits_.bytes_per_s);
+  b.last_s = now_s;
+  b.tokens -= static_cast<double>(bytes);
+  return b.tokens >= 0 ? 0 : -b.tokens / limits_.bytes_per_s;
+}
+
+}  // namespace trellis::shardcast

@@ -1,0 +1,200 @@
+#include "shardcast/client.h"
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/hashing.h"
+#include "common/logging.h"
+
+namespace trellis::shardcast {
+namespace fs = std::filesystem;
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Concatenates the verified shards into `out` and checks the whole file against the entry.
+void assemble(const VersionEntry& entry, const fs::path& shard_dir, const fs::path& out) {
+  const std::string where = fmt::format("version {} -> {}", entry.version, out.string());
+  AtomicFileWriter file(out);
+  Sha256Stream whole;
+  int64_t size = 0;
+  std::string buf(1 << 20, '\0');
+  for (size_t i = 0; i < entry.shards.size(); ++i) {
+    std::ifstream in(shard_dir / shard_file_name(i), std::ios::binary);
+    if (!in) fail(where, "shard {} vanished before assembly", i + 1);
+    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
+      const std::string_view piece(buf.data(), static_cast<size_t>(in.gcount()));
+      whole.update(piece);
+      file.write(piece.data(), piece.size());
+      size += static_cast<int64_t>(piece.size());
+    }
+  }
+  if (size != entry.size || whole.hex() != entry.sha256)
+    fail(where, "the assembled file does not match the signed whole-file SHA-256");
+  file.commit();
+}
+
+}  // namespace
+
+ClientOptions ClientOptions::from_config(const Config& config) {
+  ClientOptions o;
+  o.fetch.parallel = static_cast<int>(config.get_at_least<int64_t>("shardcast.parallel", 1));
+  o.fetch.attempts_per_shard =
+      static_cast<int>(config.get_at_least<int64_t>("shardcast.attempts_per_shard", 1));
+  o.fetch.version_timeout_s = config.get_at_least<double>("shardcast.version_timeout_s", 1);
+  o.fetch.http.stall_s = config.get_at_least<double>("shardcast.stall_s", 1);
+  o.choice = parse_relay_choice(config.get<std::string>("shardcast.relay_choice"),
+                                "shardcast.relay_choice");
+  return o;
+}
+
+std::string FetchReport::summary() const {
+  std::string per_relay;
+  for (const auto& r : relays)
+    per_relay += fmt::format("{}{} {:.1f} MB/s sr {:.2f} ({} shards, {} failed)",
+                             per_relay.empty() ? "" : "; ", r.url, r.bandwidth / 1e6, r.success,
+                             r.downloads - r.failures, r.failures);
+  return fmt::format(
+      "version {}: {} bytes in {:.2f} s ({:.1f} MB/s), {} shards downloaded, {} reused, {} "
+      "failed attempts ({} corrupt); relays: {}",
+      version, bytes, seconds, static_cast<double>(bytes) / std::max(seconds, 1e-9) / 1e6,
+      shards.shards_downloaded, shards.shards_reused, shards.failed_attempts, shards.corrupt_shards,
+      per_relay);
+}
+
+Client::Client(ClientOptions options)
+    : options_(std::move(options)), selector_(options_.relays, options_.choice, options_.seed) {
+  if (options_.relays.empty()) fail("shardcast.relay_urls", "no relay to fetch from");
+  for (auto& url : options_.relays)
+    while (!url.empty() && url.back() == '/') url.pop_back();
+}
+
+std::vector<std::optional<Manifest>> fetch_manifests(const std::vector<std::string>& urls,
+                                                     const HttpOptions& options) {
+  std::vector<std::optional<Manifest>> out(urls.size());
+  HttpOptions http = options;
+  http.timeout_s = std::min(http.timeout_s, 10.0);
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < urls.size(); ++r) {
+    threads.emplace_back([&, r] {
+      const std::string url = urls[r] + "/" + kManifestFile;
+      std::string body;
+      const HttpResult res = http_get_string(url, http, body);
+      if (!res.ok()) {
+        log::debug("shardcast: {}: {}", url, res.error);
+        return;
+      }
+      try {
+        out[r] = parse_manifest(body, url);
+      } catch (const Error& e) {
+        log::warn("shardcast: ignoring a bad manifest: {}", e.what());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::vector<std::optional<Manifest>> Client::manifests() {
+  return fetch_manifests(options_.relays, options_.fetch.http);
+}
+
+void Client::probe_once() {
+  if (probed_) return;
+  probed_ = true;
+  HttpOptions http = options_.fetch.http;
+  http.timeout_s = std::min(http.timeout_s, 30.0);
+  std::vector<std::thread> threads;  // in parallel: each relay's own link is measured
+  for (size_t r = 0; r < options_.relays.size(); ++r) {
+    threads.emplace_back([&, r] {
+      const HttpResult res = http_get(options_.relays[r] + "/" + kProbeFile, http,
+                                      [](std::string_view) { return true; });
+      selector_.seed(r, res.ok(), static_cast<double>(res.bytes) / std::max(res.seconds, 1e-6));
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::optional<VersionEntry> Client::trusted_entry(
+    const std::vector<std::optional<Manifest>>& manifests, int64_t version) const {
+  for (const auto& m : manifests) {
+    const VersionEntry* e = m ? m->find(version) : nullptr;
+    if (!e) continue;
+    if (options_.trainer_public_key.empty() || e->signed_by(options_.trainer_public_key)) {
+      VersionEntry trusted = *e;
+      trusted.complete = true;
+      return trusted;
+    }
+    log::warn("shardcast: version {} is listed with a signature that is not the trainer's",
+              version);
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> Client::newest(int64_t max_version) {
+  const auto all = manifests();
+  std::optional<int64_t> best;
+  for (const auto& m : all) {
+    if (!m) continue;
+    for (const auto& v : m->versions)
+      if (v.version <= max_version && (!best || v.version > *best) && trusted_entry(all, v.version))
+        best = v.version;
+  }
+  return best;
+}
+
+FetchReport Client::fetch(int64_t version, const fs::path& out) {
+  const double t0 = now_s();
+  const std::string where = fmt::format("shardcast version {}", version);
+  auto all = manifests();
+  const auto entry = trusted_entry(all, version);
+  if (!entry) fail(where, "no relay lists this version under the trainer's signature");
+  probe_once();
+  const fs::path shard_dir = options_.cache_dir / version_dir_name(version);
+  FetchReport report;
+  report.version = version;
+  report.shards = fetch_shards(
+      *entry, shard_dir, selector_, holdings_of(all, *entry),
+      [&](const HttpOptions& http) {
+        return holdings_of(fetch_manifests(options_.relays, http), *entry);
+      },
+      options_.fetch, {}, options_.stop);
+  report.relays = selector_.stats();
+  if (!report.shards.complete) fail(where, "cannot be completed: {}", report.shards.error);
+  assemble(*entry, shard_dir, out);
+  // The cache holds only unfinished fetches: this one and older ones are done with.
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(options_.cache_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 1 && name[0] == 'v' &&
+        std::all_of(name.begin() + 1, name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+        std::stoll(name.substr(1)) <= version)
+      fs::remove_all(e.path(), ec);
+  }
+  report.bytes = entry->size;
+  report.seconds = now_s() - t0;
+  return report;
+}
+
+std::optional<FetchReport> Client::fetch_newest(int64_t above, int64_t max_version,
+                                                const std::function<fs::path(int64_t)>& out_for) {
+  auto version = newest(max_version);
+  while (version && *version > above) {
+    try {
+      return fetch(*version, out_for(*version));
+    } catch (const Error& e) {
+      const auto next = newest(max_version);
+      if (!next || *next <= *version) throw;
+      log::warn("shardcast: skipping to version {}: {}", *next, e.what());
+      version = next;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace trellis::shardcast

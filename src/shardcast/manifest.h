@@ -1,0 +1,79 @@
+// SHARDCAST manifests (specs/shardcast.md §1): what a server (origin or relay) holds. Every server
+// has the same layout:
+//
+//   <data_dir>/manifest.json           all versions served, oldest first; written atomically
+//   <data_dir>/v<N>/shard_00001.bin    fixed-size shards of version N, the last one shorter
+//   <data_dir>/probe.bin               a small file clients download to estimate bandwidth
+//
+// Each version entry carries the whole file's size and SHA-256 and every shard's size and SHA-256,
+// signed by the trainer (Ed25519): a client checks each shard as it lands, so one bad shard costs
+// one shard, and the assembled file against the signed hash. `complete` is per server: a relay
+// lists a version as soon as it starts pulling it (pipelining) and serves the shards it has.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/identity.h"
+#include "common/json.h"
+
+namespace trellis::shardcast {
+
+struct ShardInfo {
+  int64_t size = 0;
+  std::string sha256;  // 64 lowercase hex digits
+};
+
+struct VersionEntry {
+  int64_t version = 0;
+  int64_t step = 0;  // the training step this policy came out of
+  int64_t size = 0;  // bytes of the whole file
+  std::string sha256;
+  int64_t shard_size = 0;
+  std::vector<ShardInfo> shards;
+  std::string signer;     // the trainer's public key (hex), as the origin claims it
+  std::string signature;  // Ed25519 over signing_message()
+  bool complete = true;   // this server holds every shard
+
+  // What the trainer signs: every field but `complete`, `signer` and `signature`, in a fixed text
+  // form (so that no JSON serialisation detail can change what is signed).
+  std::string signing_message() const;
+  void sign(const Identity& trainer);
+  // True when `signature` is `trainer_public_key`'s signature of this entry. Clients verify
+  // against the key they trust, never the `signer` field.
+  bool signed_by(const std::string& trainer_public_key) const;
+};
+
+struct Manifest {
+  std::vector<VersionEntry> versions;  // ascending by version
+
+  const VersionEntry* find(int64_t version) const;
+  VersionEntry* find(int64_t version);
+  const VersionEntry* newest() const;  // nullptr when empty
+  void put(VersionEntry entry);        // replaces the entry with the same version; keeps the order
+  void erase(int64_t version);
+};
+
+Json to_json(const Manifest& manifest);
+// Strict: Error naming `where` and the field on anything malformed (sizes that do not add up,
+// hashes that are not hex, versions out of order, a shard count that does not match the sizes).
+Manifest manifest_from_json(const Json& json, const std::string& where);
+Manifest parse_manifest(std::string_view text, const std::string& where);
+
+// <data_dir>/manifest.json, or an empty manifest when the file does not exist yet.
+Manifest read_manifest(const std::filesystem::path& data_dir);
+void write_manifest(const std::filesystem::path& data_dir, const Manifest& manifest);  // atomic
+
+// "v<N>", "shard_00001.bin" (index 0 -> 00001), and the URL paths a server answers.
+std::string version_dir_name(int64_t version);
+std::string shard_file_name(size_t index);
+std::string shard_url_path(int64_t version, size_t index);  // "/v<N>/shard_00001.bin"
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kProbeFile = "probe.bin";
+
+// Creates <data_dir>/probe.bin of `bytes` random bytes unless it exists with that size.
+void ensure_probe_file(const std::filesystem::path& data_dir, int64_t bytes);
+
+}  // namespace trellis::shardcast

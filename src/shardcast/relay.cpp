@@ -1,0 +1,208 @@
+#include "shardcast/relay.h"
+
+#include <cstdlib>
+#include <random>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/logging.h"
+#include "shardcast/client.h"
+#include "shardcast/nginx_config.h"
+
+namespace trellis::shardcast {
+namespace fs = std::filesystem;
+
+RelaySettings RelaySettings::from_config(const Config& config, const fs::path& run_dir) {
+  RelaySettings s;
+  s.name = config.get<std::string>("relay.name");
+  s.server.name = s.name;
+  s.server.host = config.get<std::string>("relay.host");
+  s.server.port = static_cast<int>(config.get_at_least<int64_t>("relay.port", 0));
+  s.server.data_dir = config.get<std::string>("relay.data_dir");
+  if (s.server.data_dir.empty()) s.server.data_dir = run_dir / "shardcast" / s.name;
+  s.server.threads = static_cast<int>(config.get_at_least<int64_t>("relay.threads", 2));
+  s.server.limits.requests_per_s = config.get_at_least<double>("relay.requests_per_s", 0);
+  s.server.limits.burst = config.get_at_least<double>("relay.burst", 0);
+  s.server.limits.bytes_per_s = config.get_at_least<double>("relay.bandwidth_mib_s", 0) * (1 << 20);
+  s.server.allow = config.get_list<std::string>("relay.allow");
+  for (size_t i = 0; i < s.server.allow.size(); ++i)
+    check_allowlist_entry(s.server.allow[i], fmt::format("relay.allow[{}]", i));
+  s.upstreams = config.get_list<std::string>("relay.upstreams");
+  s.poll_s = config.get_at_least<double>("relay.poll_s", 0.05);
+  s.keep = config.get_at_least<int64_t>("shardcast.keep", 1);
+  s.pull.parallel = static_cast<int>(config.get_at_least<int64_t>("relay.pull_parallel", 1));
+  s.pull.http.stall_s = config.get_at_least<double>("shardcast.stall_s", 1);
+  s.pull.version_timeout_s = config.get_at_least<double>("shardcast.version_timeout_s", 1);
+  s.allowlist_url = config.get<std::string>("relay.allowlist_url");
+  s.allowlist_poll_s = config.get_at_least<double>("relay.allowlist_poll_s", 0.05);
+  s.nginx_allowlist = config.get<std::string>("relay.nginx_allowlist");
+  s.nginx_reload = config.get<std::string>("relay.nginx_reload");
+  return s;
+}
+
+Relay::Relay(RelaySettings settings)
+    : settings_(std::move(settings)),
+      server_(settings_.server),
+      upstreams_(settings_.upstreams, RelayChoice::Weighted, std::random_device{}()) {
+  fs::create_directories(settings_.server.data_dir);
+  ensure_probe_file(settings_.server.data_dir, int64_t{1} << 20);
+  local_ = read_manifest(settings_.server.data_dir);   // a restarted relay resumes its versions
+  for (auto& v : local_.versions) v.complete = false;  // re-checked by the first pull
+  if (settings_.upstreams.empty()) {
+    for (auto& v : local_.versions) v.complete = true;  // serving a directory as it is
+  }
+  write_local(local_);
+}
+
+Relay::~Relay() { stop(); }
+
+int Relay::start() {
+  const int port = server_.start();
+  write_file_atomic(settings_.server.data_dir / "relay.url", server_.url() + "\n");
+  log::info("relay {}: serving {} on {}, pulling from {}", settings_.name,
+            settings_.server.data_dir.string(), server_.url(),
+            settings_.upstreams.empty() ? "nowhere (a static directory)"
+                                        : fmt::format("{}", fmt::join(settings_.upstreams, ", ")));
+  server_.set_extra_metrics([this] { return extra_metrics(); });
+  if (!settings_.upstreams.empty()) puller_ = std::thread([this] { pull_loop(); });
+  if (!settings_.allowlist_url.empty()) {
+    server_.access().set_dynamic({});  // nobody but static entries until the first answer
+    allowlister_ = std::thread([this] { allowlist_loop(); });
+  }
+  return port;
+}
+
+void Relay::stop() {
+  stopping_ = true;
+  cv_.notify_all();
+  if (puller_.joinable()) puller_.join();
+  if (allowlister_.joinable()) allowlister_.join();
+  server_.stop();
+}
+
+void Relay::write_local(const Manifest& m) { write_manifest(settings_.server.data_dir, m); }
+
+void Relay::pull_loop() {
+  while (!stopping_) {
+    try {
+      pull_once();
+    } catch (const std::exception& e) {
+      log::warn("relay {}: {}", settings_.name, e.what());
+    }
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(settings_.poll_s),
+                 [&] { return stopping_.load(); });
+  }
+}
+
+void Relay::pull_once() {
+  const auto upstream = fetch_manifests(settings_.upstreams, settings_.pull.http);
+  Manifest merged;
+  bool reachable = false;
+  for (const auto& m : upstream) {
+    if (!m) continue;
+    reachable = true;
+    for (const auto& v : m->versions)
+      if (!merged.find(v.version)) merged.put(v);
+  }
+  if (!reachable) return;  // keep serving what we have
+  while (static_cast<int64_t>(merged.versions.size()) > settings_.keep)
+    merged.versions.erase(merged.versions.begin());
+
+  // Unlist what upstream no longer has (or replaced), then delete it.
+  std::vector<int64_t> gone;
+  for (const auto& v : local_.versions) {
+    const VersionEntry* up = merged.find(v.version);
+    if (!up || up->signing_message() != v.signing_message()) gone.push_back(v.version);
+  }
+  // List new versions at once, before pulling them: clients may start on their shards.
+  bool listed = !gone.empty();
+  for (int64_t v : gone) local_.erase(v);
+  for (const auto& v : merged.versions) {
+    if (local_.find(v.version)) continue;
+    VersionEntry entry = v;
+    entry.complete = false;
+    local_.put(std::move(entry));
+    listed = true;
+  }
+  if (listed) write_local(local_);
+  for (int64_t v : gone) fs::remove_all(settings_.server.data_dir / version_dir_name(v));
+
+  // Pull, newest first: clients want the newest.
+  for (auto it = local_.versions.rbegin(); it != local_.versions.rend() && !stopping_; ++it) {
+    if (it->complete) continue;
+    const VersionEntry entry = *it;
+    const FetchStats st = fetch_shards(
+        entry, settings_.server.data_dir / version_dir_name(entry.version), upstreams_,
+        holdings_of(upstream, entry),
+        [&](const HttpOptions& http) {
+          return holdings_of(fetch_manifests(settings_.upstreams, http), entry);
+        },
+        settings_.pull, [this](size_t) { ++shards_pulled_; }, &stopping_);
+    if (!st.complete) {
+      ++pull_failures_;
+      if (!stopping_)
+        log::warn("relay {}: version {} not complete yet: {}", settings_.name, entry.version,
+                  st.error);
+      continue;
+    }
+    local_.find(entry.version)->complete = true;
+    write_local(local_);
+    ++versions_pulled_;
+    log::info("relay {}: version {} complete ({} shards pulled in {:.2f} s)", settings_.name,
+              entry.version, st.shards_downloaded, st.seconds);
+  }
+}
+
+std::string Relay::extra_metrics() const {
+  return fmt::format(
+      "# HELP trellis_relay_versions_pulled_total versions pulled complete from upstream\n"
+      "# TYPE trellis_relay_versions_pulled_total counter\n"
+      "trellis_relay_versions_pulled_total {}\n"
+      "# HELP trellis_relay_shards_pulled_total shards pulled and verified\n"
+      "# TYPE trellis_relay_shards_pulled_total counter\n"
+      "trellis_relay_shards_pulled_total {}\n"
+      "# HELP trellis_relay_pull_failures_total pulls of a version that did not complete\n"
+      "# TYPE trellis_relay_pull_failures_total counter\n"
+      "trellis_relay_pull_failures_total {}\n",
+      versions_pulled_.load(), shards_pulled_.load(), pull_failures_.load());
+}
+
+void Relay::allowlist_loop() {
+  while (!stopping_) {
+    refresh_allowlist();
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(settings_.allowlist_poll_s),
+                 [&] { return stopping_.load(); });
+  }
+}
+
+void Relay::refresh_allowlist() {
+  const std::string url = settings_.allowlist_url + "/allowlist";
+  std::string body;
+  HttpOptions http;
+  http.timeout_s = 5;
+  const HttpResult r = http_get_string(url, http, body);
+  try {
+    if (!r.ok()) fail(url, "{}", r.error);
+    const Json j = parse_json(body, url);
+    const auto revision = json_required<int64_t>(j, "revision", url);
+    const auto ips = json_required<std::vector<std::string>>(j, "ips", url);
+    // Compared by content: a replaced orchestrator starts its revisions again.
+    if (allowlist_ && *allowlist_ == ips) return;
+    server_.access().set_dynamic(ips);
+    if (!settings_.nginx_allowlist.empty()) {
+      write_file_atomic(settings_.nginx_allowlist, nginx_allowlist(settings_.server.allow, ips));
+      if (!settings_.nginx_reload.empty() && std::system(settings_.nginx_reload.c_str()) != 0)
+        log::warn("relay {}: '{}' failed", settings_.name, settings_.nginx_reload);
+    }
+    allowlist_ = ips;
+    log::info("relay {}: allowlist revision {}: {} node addresses", settings_.name, revision,
+              ips.size());
+  } catch (const Error& e) {
+    log::warn("relay {}: cannot refresh the allowlist, keeping the last one: {}", settings_.name,
+              e.what());
+  }
+}
+
+}  // namespace trellis::shardcast

@@ -1,0 +1,438 @@
+// The node registry through the orchestrator's HTTP API, in-process on a free port: a node that
+// signs its registration joins the relays' IP allowlist with the IP the orchestrator saw (second
+// nodes connect from 127.0.0.2, so the IPs differ); forged, stale, replayed and malformed
+// registrations are refused and change nothing; an eviction needs the trainer's token, takes the
+// node's IP off the allowlist at once and bumps its revision, and the evicted node can neither
+// register again nor upload; all of it, and the trainer's public key, survives a restart.
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "common/hashing.h"
+#include "common/json.h"
+#include "error_of.h"
+#include "orchestrator/api.h"
+#include "orchestrator/client.h"
+#include "rollout_fixtures.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+namespace fs = std::filesystem;
+using Strings = std::vector<std::string>;
+
+#define EXPECT_CONTAINS(haystack, needle)                                                       \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" \
+                                                        << (haystack)
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A registration body for `node` signed by `signer` over (`address`, `timestamp`).
+Json registration(const Identity& node, int64_t timestamp, const Identity& signer) {
+  return {{"address", node.address()},
+          {"timestamp", timestamp},
+          {"signature", signer.sign_hex(registration_message(node.address(), timestamp))}};
+}
+Json registration(const Identity& node, int64_t timestamp) {
+  return registration(node, timestamp, node);
+}
+
+class NodeRegistry : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("trellis_nodes_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+
+  ApiOptions options() const {
+    ApiOptions o;
+    o.port = 0;
+    o.data_dir = dir_;
+    o.run_id = "run-test";
+    o.steps = 4;
+    o.batch_size = 8;
+    o.group_size = 4;
+    o.async_level = 1;
+    o.max_upload_bytes = 1 << 20;
+    o.trainer_token = "let-me-in";
+    return o;
+  }
+
+  Client& start(const ApiOptions& o) {
+    server_.reset();
+    server_ = std::make_unique<Server>(o);
+    port_ = server_->start();
+    EXPECT_GT(port_, 0);
+    trainer_ = std::make_unique<Client>(server_->url(), o.trainer_token, 10);
+    return *trainer_;
+  }
+  Client& start() { return start(options()); }
+
+  // Raw HTTP from `source_ip` (a loopback address: 127.0.0.1, 127.0.0.2, ...).
+  httplib::Client http_from(const std::string& source_ip) const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_socket_options([source_ip](socket_t sock) {
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = 0;
+      ::inet_pton(AF_INET, source_ip.c_str(), &addr.sin_addr);
+      ::bind(sock, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    });
+    return c;
+  }
+  httplib::Result post(const std::string& path, const std::string& body,
+                       const std::string& source_ip = "127.0.0.1",
+                       const httplib::Headers& headers = {}) const {
+    auto c = http_from(source_ip);
+    return c.Post(path.c_str(), headers, body, "application/json");
+  }
+
+  static std::string error_text(const httplib::Result& res) {
+    if (!res) return "no response";
+    try {
+      return Json::parse(res->body).at("error").get<std::string>();
+    } catch (...) {
+      return "not a JSON error: " + res->body;
+    }
+  }
+
+  std::string metrics() const {
+    auto res = http_from("127.0.0.1").Get("/metrics");
+    return res ? res->body : "";
+  }
+
+  // POST /submissions for a one-group file of `node`; the answer.
+  httplib::Result ask_upload(const Identity& node, int32_t submission) const {
+    const std::string bytes =
+        test::signed_file({"run-test", node.address(), 0, submission, 0}, {{0, 1}}, node);
+    const Json req{{"node_address", node.address()},
+                   {"step", 0},
+                   {"submission", submission},
+                   {"sha256", sha256_hex(bytes)},
+                   {"size", bytes.size()}};
+    return post("/submissions", req.dump());
+  }
+
+  fs::path dir_;
+  int port_ = 0;
+  Identity worker_ = Identity::generate();
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<Client> trainer_;
+};
+
+TEST_F(NodeRegistry, ARegisteredNodeJoinsTheAllowlistWithTheIpTheOrchestratorSaw) {
+  Client& client = start();
+  EXPECT_EQ(client.allowlist().revision, 0);
+  EXPECT_TRUE(client.allowlist().ips.empty());
+
+  client.register_node(worker_);
+  Allowlist list = client.allowlist();
+  EXPECT_EQ(list.revision, 1);
+  EXPECT_EQ(list.ips, Strings{"127.0.0.1"});
+  auto nodes = client.nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].address, worker_.address());
+  EXPECT_EQ(nodes[0].ip, "127.0.0.1");
+  EXPECT_GT(nodes[0].registered_at, 0);
+  EXPECT_FALSE(nodes[0].evicted);
+  // Node IPs are for operators: listing them needs the trainer's token.
+  EXPECT_CONTAINS(test::error_of([&] { Client(server_->url(), "", 10).nodes(); }),
+                  "GET /nodes needs the trainer's bearer token");
+
+  // Registering again is idempotent: the same set, the same revision.
+  client.register_node(worker_);
+  EXPECT_EQ(client.allowlist().revision, 1);
+  EXPECT_EQ(client.nodes().size(), 1u);
+
+  // A second node from another address; a forwarded-for header is not believed.
+  const Identity other = Identity::generate();
+  auto res = post("/nodes", registration(other, unix_now()).dump(), "127.0.0.2",
+                  {{"X-Forwarded-For", "10.9.9.9"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const Json answer = Json::parse(res->body);
+  EXPECT_EQ(answer.at("address"), other.address());
+  EXPECT_EQ(answer.at("ip"), "127.0.0.2");
+  list = client.allowlist();
+  EXPECT_EQ(list.revision, 2);
+  EXPECT_EQ(list.ips, (Strings{"127.0.0.1", "127.0.0.2"}));
+
+  // The first node's IP changes: it moves (a later timestamp, signed afresh).
+  res = post("/nodes", registration(worker_, unix_now() + 1).dump(), "127.0.0.2");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  list = client.allowlist();
+  EXPECT_EQ(list.revision, 3);
+  EXPECT_EQ(list.ips, Strings{"127.0.0.2"});
+
+  // The raw answer, as a relay polling it reads it.
+  auto raw = http_from("127.0.0.1").Get("/allowlist");
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(raw->status, 200);
+  EXPECT_EQ(Json::parse(raw->body), (Json{{"revision", 3}, {"ips", {"127.0.0.2"}}}));
+  const std::string m = metrics();
+  EXPECT_CONTAINS(m, "trellis_orchestrator_nodes{state=\"registered\"} 2\n");
+  EXPECT_CONTAINS(m, "trellis_orchestrator_nodes{state=\"evicted\"} 0\n");
+  EXPECT_CONTAINS(m, "trellis_orchestrator_allowlist_revision 3\n");
+}
+
+TEST_F(NodeRegistry, ForgedStaleReplayedAndMalformedRegistrationsAreRefused) {
+  Client& client = start();
+  const Identity impostor = Identity::generate();
+  const int64_t now = unix_now();
+  Json upper = registration(worker_, now);
+  std::string up = worker_.address();
+  for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  upper["address"] = up;
+  Json other_time = registration(worker_, now);
+  other_time["timestamp"] = now + 1;  // signed over `now`
+  Json short_sig = registration(worker_, now);
+  short_sig["signature"] = "abcd";
+  Json string_time = registration(worker_, now);
+  string_time["timestamp"] = std::to_string(now);
+  Json no_time = registration(worker_, now);
+  no_time.erase("timestamp");
+  for (const auto& [body, status, message] : std::vector<std::tuple<std::string, int, std::string>>{
+           {registration(worker_, now, impostor).dump(), 401,
+            "is not this address's Ed25519 signature of 'trellis-register:"},
+           {other_time.dump(), 401, "is not this address's Ed25519 signature"},
+           {registration(worker_, now - kRegistrationWindowS - 5).dump(), 401,
+            "at most 300 s are allowed"},
+           {registration(worker_, now + kRegistrationWindowS + 5).dump(), 401,
+            "at most 300 s are allowed"},
+           {upper.dump(), 400, "field 'address' must be 64 lowercase hex digits"},
+           {Json{{"address", "abc"}, {"timestamp", now}, {"signature", std::string(128, 'a')}}
+                .dump(),
+            400, "field 'address' must be 64 lowercase hex digits"},
+           {short_sig.dump(), 400, "field 'signature' must be 128 hex digits"},
+           {string_time.dump(), 400, "field 'timestamp' must be an integer"},
+           {no_time.dump(), 400, "missing field 'timestamp' (POST /nodes)"},
+           {"{not json", 400, "not JSON"}}) {
+    auto res = post("/nodes", body);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, status) << body;
+    EXPECT_CONTAINS(error_text(res), message);
+  }
+  EXPECT_TRUE(client.nodes().empty());
+  EXPECT_EQ(client.allowlist().revision, 0);
+
+  // A captured registration cannot be replayed from elsewhere, nor an older one at all.
+  const std::string good = registration(worker_, now).dump();
+  auto res = post("/nodes", good);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  res = post("/nodes", good);  // the same request from the same IP: harmless
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  for (const auto& [body, from] : std::vector<std::pair<std::string, std::string>>{
+           {good, "127.0.0.2"}, {registration(worker_, now - 1).dump(), "127.0.0.1"}}) {
+    res = post("/nodes", body, from);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401);
+    EXPECT_CONTAINS(error_text(res), "replayed or reordered");
+  }
+  EXPECT_EQ(client.allowlist().ips, Strings{"127.0.0.1"});
+  EXPECT_EQ(client.allowlist().revision, 1);
+  EXPECT_CONTAINS(
+      metrics(),
+      "trellis_orchestrator_uploads_refused_total{reason=\"registration_signature\"} 2\n");
+}
+
+TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
+  Client& trainer = start();
+  trainer.register_node(worker_);
+  const Identity bystander = Identity::generate();
+  auto res = post("/nodes", registration(bystander, unix_now()).dump(), "127.0.0.2");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(trainer.allowlist().revision, 2);
+  // An upload URL handed out before the eviction.
+  const std::string bytes =
+      test::signed_file({"run-test", worker_.address(), 0, 0, 0}, {{0, 1}}, worker_);
+  res = ask_upload(worker_, 0);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::string url = Json::parse(res->body).at("upload_url").get<std::string>();
+
+  // Without the token (or with a wrong one) nothing happens.
+  Client anonymous(server_->url(), "", 10), wrong(server_->url(), "guess", 10);
+  EXPECT_CONTAINS(test::error_of([&] { anonymous.evict(worker_.address(), "x"); }),
+                  "POST /nodes/<address>/evict needs the trainer's bearer token");
+  EXPECT_CONTAINS(test::error_of([&] { wrong.evict(worker_.address(), "x"); }), "bearer token");
+  res = post("/nodes/" + worker_.address() + "/evict", "");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  EXPECT_EQ(trainer.allowlist().revision, 2);
+  EXPECT_FALSE(trainer.nodes()[0].evicted || trainer.nodes()[1].evicted);
+
+  trainer.evict(worker_.address(), "forged rollouts");
+  Allowlist list = trainer.allowlist();
+  EXPECT_EQ(list.revision, 3);
+  EXPECT_EQ(list.ips, Strings{"127.0.0.2"});
+  const std::string evicted = "node " + worker_.address() + " was evicted: forged rollouts";
+
+  // It cannot come back, ask to upload, or use the URL it already holds.
+  EXPECT_CONTAINS(test::error_of([&] { trainer.register_node(worker_); }), evicted);
+  res = post("/nodes", registration(worker_, unix_now() + 2).dump(), "127.0.0.1");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_EQ(error_text(res), evicted);
+  res = ask_upload(worker_, 1);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_EQ(error_text(res), evicted);
+  EXPECT_CONTAINS(test::error_of([&] { trainer.submit(worker_.address(), 0, 1, bytes); }), evicted);
+  auto put = http_from("127.0.0.1").Put(url.c_str(), bytes, "application/vnd.apache.parquet");
+  ASSERT_TRUE(put);
+  EXPECT_EQ(put->status, 403);
+  EXPECT_EQ(error_text(put), evicted);
+  EXPECT_TRUE(trainer.accepted(0).empty());
+  EXPECT_EQ(trainer.allowlist().revision, 3);
+  // Others carry on.
+  const std::string theirs =
+      test::signed_file({"run-test", bystander.address(), 0, 0, 0}, {{0, 1}}, bystander);
+  EXPECT_EQ(trainer.submit(bystander.address(), 0, 0, theirs), "accepted");
+
+  // The node's record; a second eviction keeps the first reason.
+  res = post("/nodes/" + worker_.address() + "/evict", "", "127.0.0.1",
+             {{"Authorization", "Bearer let-me-in"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body).at("evicted_reason"), "forged rollouts");
+  const auto nodes = trainer.nodes();
+  const auto it = std::find_if(nodes.begin(), nodes.end(),
+                               [&](const Node& n) { return n.address == worker_.address(); });
+  ASSERT_NE(it, nodes.end());
+  EXPECT_TRUE(it->evicted);
+  EXPECT_EQ(it->evicted_reason, "forged rollouts");
+  EXPECT_EQ(it->ip, "127.0.0.1");
+  EXPECT_GT(it->evicted_at, 0);
+
+  // A node never seen can be evicted ahead of time (no reason: one is filled in).
+  const Identity stranger = Identity::generate();
+  res = post("/nodes/" + stranger.address() + "/evict", "", "127.0.0.1",
+             {{"Authorization", "Bearer let-me-in"}});
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body).at("evicted_reason"), "no reason given");
+  EXPECT_EQ(trainer.allowlist().revision, 3);  // its IP was never allowed
+  res = post("/nodes", registration(stranger, unix_now()).dump(), "127.0.0.2");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_CONTAINS(error_text(res), "was evicted: no reason given");
+  EXPECT_EQ(trainer.allowlist().ips, Strings{"127.0.0.2"});
+
+  // Malformed evictions.
+  const httplib::Headers auth{{"Authorization", "Bearer let-me-in"}};
+  for (const auto& [path, body, message] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"/nodes/xyz/evict", "", "'xyz' is not a node address"},
+           {"/nodes/" + std::string(64, 'A') + "/evict", "", "is not a node address"},
+           {"/nodes/" + bystander.address() + "/evict", "{oops", "not JSON"},
+           {"/nodes/" + bystander.address() + "/evict", R"({"reason": 3})",
+            "field 'reason' must be a string"},
+           {"/nodes/" + bystander.address() + "/evict",
+            Json{{"reason", std::string(1001, 'x')}}.dump(), "longer than 1000 bytes"}}) {
+    res = post(path, body, "127.0.0.1", auth);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << path << " " << body;
+    EXPECT_CONTAINS(error_text(res), message);
+  }
+  EXPECT_EQ(trainer.allowlist().ips, Strings{"127.0.0.2"});
+
+  const std::string m = metrics();
+  EXPECT_CONTAINS(m, "trellis_orchestrator_nodes{state=\"registered\"} 1\n");
+  EXPECT_CONTAINS(m, "trellis_orchestrator_nodes{state=\"evicted\"} 2\n");
+  EXPECT_CONTAINS(m, "trellis_orchestrator_uploads_refused_total{reason=\"evicted\"} ");
+}
+
+TEST_F(NodeRegistry, StatusReportsTheTrainerPublicKeyPublishedWithAVersion) {
+  Client& trainer = start();
+  EXPECT_EQ(trainer.status().trainer_public_key, "");
+  const Identity signer = Identity::generate();
+  trainer.publish_version(1, signer.address());
+  Status s = trainer.status();
+  EXPECT_EQ(s.policy_version, 1);
+  EXPECT_EQ(s.trainer_public_key, signer.address());
+  trainer.publish_version(2);  // no key: the known one stays
+  s = trainer.status();
+  EXPECT_EQ(s.policy_version, 2);
+  EXPECT_EQ(s.trainer_public_key, signer.address());
+
+  // Without the token, or with a malformed key, nothing changes.
+  Client anonymous(server_->url(), "", 10);
+  const Identity rogue = Identity::generate();
+  EXPECT_CONTAINS(test::error_of([&] { anonymous.publish_version(3, rogue.address()); }),
+                  "bearer token");
+  const httplib::Headers auth{{"Authorization", "Bearer let-me-in"}};
+  for (const auto& [key, message] : std::vector<std::pair<Json, std::string>>{
+           {"abc", "field 'public_key' must be 64 lowercase hex digits"},
+           {std::string(64, 'G'), "field 'public_key' must be 64 lowercase hex digits"},
+           {42, "field 'public_key' must be a string"}}) {
+    auto res = post("/trainer/version", Json{{"version", 3}, {"public_key", key}}.dump(),
+                    "127.0.0.1", auth);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 400) << key;
+    EXPECT_CONTAINS(error_text(res), message);
+  }
+  s = anonymous.status();
+  EXPECT_EQ(s.policy_version, 2);
+  EXPECT_EQ(s.trainer_public_key, signer.address());
+  auto raw = http_from("127.0.0.1").Get("/status");
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(Json::parse(raw->body).at("trainer_public_key"), signer.address());
+}
+
+TEST_F(NodeRegistry, NodesEvictionsAndTheTrainerKeySurviveARestart) {
+  Client& trainer = start();
+  const Identity kept = Identity::generate(), signer = Identity::generate();
+  trainer.register_node(worker_);
+  auto res = post("/nodes", registration(kept, unix_now()).dump(), "127.0.0.2");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  trainer.evict(worker_.address(), "slashed");
+  trainer.publish_version(1, signer.address());
+  const Allowlist before = trainer.allowlist();
+  EXPECT_EQ(before.revision, 3);
+  server_->stop();
+
+  start();
+  const Allowlist after = trainer_->allowlist();
+  EXPECT_EQ(after.revision, before.revision);
+  EXPECT_EQ(after.ips, Strings{"127.0.0.2"});
+  EXPECT_EQ(trainer_->status().trainer_public_key, signer.address());
+  const auto nodes = trainer_->nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  for (const Node& n : nodes) {
+    EXPECT_EQ(n.evicted, n.address == worker_.address()) << n.address;
+    EXPECT_EQ(n.ip, n.address == worker_.address() ? "127.0.0.1" : "127.0.0.2");
+  }
+  EXPECT_CONTAINS(test::error_of([&] { trainer_->register_node(worker_); }),
+                  "was evicted: slashed");
+  res = ask_upload(worker_, 0);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_EQ(trainer_->allowlist().revision, before.revision);
+}
+
+}  // namespace
+}  // namespace trellis::orchestrator

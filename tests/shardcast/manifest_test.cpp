@@ -1,0 +1,94 @@
+// Manifest entries: JSON round trip, strict parsing, and the trainer's signature over every
+// field a client relies on.
+#include "shardcast/manifest.h"
+
+#include <gtest/gtest.h>
+
+#include "common/hashing.h"
+#include "error_of.h"
+
+namespace trellis::shardcast {
+namespace {
+
+using test::error_of;
+
+VersionEntry entry_of(const std::string& data, int64_t version, int64_t shard_size) {
+  VersionEntry e;
+  e.version = version;
+  e.step = version + 100;
+  e.size = static_cast<int64_t>(data.size());
+  e.sha256 = sha256_hex(data);
+  e.shard_size = shard_size;
+  for (size_t at = 0; at < data.size(); at += static_cast<size_t>(shard_size)) {
+    const std::string piece = data.substr(at, static_cast<size_t>(shard_size));
+    e.shards.push_back({static_cast<int64_t>(piece.size()), sha256_hex(piece)});
+  }
+  return e;
+}
+
+TEST(ShardcastManifest, RoundTripsThroughJsonAndKeepsVersionsOrdered) {
+  Manifest m;
+  m.put(entry_of("abcdefghij", 3, 4));
+  m.put(entry_of("0123456789", 1, 3));
+  m.versions[0].complete = false;
+  ASSERT_EQ(m.versions.front().version, 1);
+  const Manifest back = parse_manifest(to_json(m).dump(), "test");
+  ASSERT_EQ(back.versions.size(), 2u);
+  EXPECT_EQ(back.versions[0].version, 1);
+  EXPECT_FALSE(back.versions[0].complete);
+  EXPECT_EQ(back.versions[1].shards.size(), 3u);  // 4 + 4 + 2 bytes
+  EXPECT_EQ(back.versions[1].shards[2].size, 2);
+  EXPECT_EQ(back.versions[1].signing_message(), m.versions[1].signing_message());
+  EXPECT_EQ(back.newest()->version, 3);
+}
+
+TEST(ShardcastManifest, RefusesEntriesWhoseShardsDoNotAddUp) {
+  Manifest m;
+  m.put(entry_of("abcdefghij", 0, 4));
+  Json j = to_json(m);
+  j["versions"][0]["size"] = 11;
+  EXPECT_NE(error_of([&] { manifest_from_json(j, "m.json"); }).find("add up"), std::string::npos);
+  j = to_json(m);
+  j["versions"][0]["shards"][0]["size"] = 3;  // a short shard before the last
+  EXPECT_NE(error_of([&] { manifest_from_json(j, "m.json"); }).find("shards[0]"),
+            std::string::npos);
+  j = to_json(m);
+  j["versions"][0]["sha256"] = "xyz";
+  EXPECT_NE(error_of([&] { manifest_from_json(j, "m.json"); }).find("hex"), std::string::npos);
+  Manifest two;
+  two.put(entry_of("ab", 1, 4));
+  two.put(entry_of("cd", 2, 4));
+  j = to_json(two);
+  std::swap(j["versions"][0], j["versions"][1]);
+  EXPECT_NE(error_of([&] { manifest_from_json(j, "m.json"); }).find("ascending"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { parse_manifest("{not json", "m.json"); }).find("m.json"),
+            std::string::npos);
+}
+
+TEST(ShardcastManifest, SignatureCoversEveryShardHashAndOnlyTheTrainerKeyVerifies) {
+  const Identity trainer = Identity::generate(), other = Identity::generate();
+  VersionEntry e = entry_of("some weights, sharded", 7, 5);
+  e.sign(trainer);
+  EXPECT_TRUE(e.signed_by(trainer.address()));
+  EXPECT_FALSE(e.signed_by(other.address()));
+
+  VersionEntry tampered = e;
+  tampered.shards[1].sha256 = sha256_hex("other bytes");
+  EXPECT_FALSE(tampered.signed_by(trainer.address()));
+  tampered = e;
+  tampered.step += 1;
+  EXPECT_FALSE(tampered.signed_by(trainer.address()));
+  // A relay's own flag is not signed: listing a version as incomplete keeps it valid.
+  tampered = e;
+  tampered.complete = false;
+  EXPECT_TRUE(tampered.signed_by(trainer.address()));
+  // Re-signing with another key and claiming to be the trainer does not help.
+  tampered = e;
+  tampered.sign(other);
+  tampered.signer = trainer.address();
+  EXPECT_FALSE(tampered.signed_by(trainer.address()));
+}
+
+}  // namespace
+}  // namespace trellis::shardcast
