@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "error_of.h"
 #include "orchestrator/api.h"
+#include "orchestrator/api_fixture.h"
 #include "orchestrator/client.h"
 #include "rollout_fixtures.h"
 
@@ -28,37 +29,10 @@ namespace fs = std::filesystem;
   EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" \
                                                         << (haystack)
 
-class OrchestratorApi : public ::testing::Test {
+class OrchestratorApi : public ApiFixture {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("trellis_api_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override {
-    server_.reset();
-    fs::remove_all(dir_);
-  }
-
-  ApiOptions options() const {
-    ApiOptions o;
-    o.port = 0;
-    o.data_dir = dir_;
-    o.run_id = "run-test";
-    o.steps = 4;
-    o.batch_size = 8;
-    o.group_size = 4;
-    o.async_level = 1;
-    o.max_upload_bytes = 1 << 20;
-    return o;
-  }
-
   Client& start(const ApiOptions& o) {
-    server_.reset();
-    server_ = std::make_unique<Server>(o);
-    const int port = server_->start();
-    EXPECT_GT(port, 0);
+    const int port = start_server(o);
     client_ = std::make_unique<Client>(server_->url(), o.trainer_token, 10);
     http_ = std::make_unique<httplib::Client>("127.0.0.1", port);
     return *client_;
@@ -85,15 +59,6 @@ class OrchestratorApi : public ::testing::Test {
     return http_->Put(url.c_str(), bytes, "application/vnd.apache.parquet");
   }
 
-  static std::string error_text(const httplib::Result& res) {
-    if (!res) return "no response";
-    try {
-      return Json::parse(res->body).at("error").get<std::string>();
-    } catch (...) {
-      return "not a JSON error: " + res->body;
-    }
-  }
-
   std::vector<fs::path> stored_files() const {
     std::vector<fs::path> out;
     if (!fs::exists(dir_ / "rollouts")) return out;
@@ -102,9 +67,7 @@ class OrchestratorApi : public ::testing::Test {
     return out;
   }
 
-  fs::path dir_;
   Identity worker_ = Identity::generate();
-  std::unique_ptr<Server> server_;
   std::unique_ptr<Client> client_;
   std::unique_ptr<httplib::Client> http_;
 };

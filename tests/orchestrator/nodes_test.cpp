@@ -21,6 +21,7 @@
 #include "common/json.h"
 #include "error_of.h"
 #include "orchestrator/api.h"
+#include "orchestrator/api_fixture.h"
 #include "orchestrator/client.h"
 #include "rollout_fixtures.h"
 
@@ -50,38 +51,16 @@ Json registration(const Identity& node, int64_t timestamp) {
   return registration(node, timestamp, node);
 }
 
-class NodeRegistry : public ::testing::Test {
+class NodeRegistry : public ApiFixture {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("trellis_nodes_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override {
-    server_.reset();
-    fs::remove_all(dir_);
-  }
-
   ApiOptions options() const {
-    ApiOptions o;
-    o.port = 0;
-    o.data_dir = dir_;
-    o.run_id = "run-test";
-    o.steps = 4;
-    o.batch_size = 8;
-    o.group_size = 4;
-    o.async_level = 1;
-    o.max_upload_bytes = 1 << 20;
+    ApiOptions o = ApiFixture::options();
     o.trainer_token = "let-me-in";
     return o;
   }
 
   Client& start(const ApiOptions& o) {
-    server_.reset();
-    server_ = std::make_unique<Server>(o);
-    port_ = server_->start();
-    EXPECT_GT(port_, 0);
+    port_ = start_server(o);
     trainer_ = std::make_unique<Client>(server_->url(), o.trainer_token, 10);
     return *trainer_;
   }
@@ -106,15 +85,6 @@ class NodeRegistry : public ::testing::Test {
     return c.Post(path.c_str(), headers, body, "application/json");
   }
 
-  static std::string error_text(const httplib::Result& res) {
-    if (!res) return "no response";
-    try {
-      return Json::parse(res->body).at("error").get<std::string>();
-    } catch (...) {
-      return "not a JSON error: " + res->body;
-    }
-  }
-
   std::string metrics() const {
     auto res = http_from("127.0.0.1").Get("/metrics");
     return res ? res->body : "";
@@ -132,10 +102,8 @@ class NodeRegistry : public ::testing::Test {
     return post("/submissions", req.dump());
   }
 
-  fs::path dir_;
   int port_ = 0;
   Identity worker_ = Identity::generate();
-  std::unique_ptr<Server> server_;
   std::unique_ptr<Client> trainer_;
 };
 

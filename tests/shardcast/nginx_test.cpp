@@ -22,6 +22,7 @@
 namespace trellis::shardcast {
 namespace {
 namespace fs = std::filesystem;
+using test::status_of;
 
 constexpr const char* kNginx = "/usr/sbin/nginx";
 
@@ -46,14 +47,6 @@ int run(const std::string& command, std::string* output = nullptr) {
   const int status = ::pclose(p);
   if (output) *output = out;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-int status_of(const std::string& url, const std::string& source_ip = "") {
-  HttpOptions http;
-  http.timeout_s = 5;
-  http.source_ip = source_ip;
-  std::string body;
-  return http_get_string(url, http, body).status;
 }
 
 TEST(ShardcastNginx, ServesARelayDirectoryWithTheGeneratedConfigAndItsRules) {

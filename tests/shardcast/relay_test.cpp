@@ -26,6 +26,7 @@
 namespace trellis::shardcast {
 namespace {
 namespace fs = std::filesystem;
+using test::status_of;
 using Clock = std::chrono::steady_clock;
 using test::error_of;
 using test::TempDir;
@@ -54,14 +55,6 @@ double bytes_sent(const std::string& url) {
   const auto at = body.find("trellis_shardcast_bytes_sent_total{");
   if (at == std::string::npos) return 0;
   return std::stod(body.substr(body.find(' ', at) + 1));
-}
-
-int status_of(const std::string& url, const std::string& source_ip = "") {
-  HttpOptions http;
-  http.timeout_s = 5;
-  http.source_ip = source_ip;
-  std::string body;
-  return http_get_string(url, http, body).status;
 }
 
 // Polls until `pred` holds (true) or `timeout_s` passes (false).

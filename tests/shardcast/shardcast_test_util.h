@@ -1,4 +1,5 @@
-// Helpers for the SHARDCAST tests: a temporary directory and reproducible random bytes.
+// Helpers for the SHARDCAST tests: a temporary directory, reproducible random bytes, and the
+// HTTP status a server answers a GET with.
 #pragma once
 
 #include <unistd.h>
@@ -6,6 +7,8 @@
 #include <filesystem>
 #include <random>
 #include <string>
+
+#include "shardcast/http_fetch.h"
 
 namespace trellis::test {
 
@@ -32,6 +35,15 @@ inline std::string random_bytes(size_t n, uint64_t seed) {
   std::string out(n, '\0');
   for (auto& c : out) c = static_cast<char>(rng());
   return out;
+}
+
+// The status of GET `url` from `source_ip` ("" = the system's choice); 0 when nothing answers.
+inline int status_of(const std::string& url, const std::string& source_ip = "") {
+  shardcast::HttpOptions http;
+  http.timeout_s = 5;
+  http.source_ip = source_ip;
+  std::string body;
+  return shardcast::http_get_string(url, http, body).status;
 }
 
 }  // namespace trellis::test

@@ -1,0 +1,68 @@
+// The fixture of the orchestrator API tests: a temporary data directory per test, the options of
+// a small run, an in-process server on a free port, and the error text of a refused request.
+#pragma once
+
+#include <httplib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/json.h"
+#include "orchestrator/api.h"
+
+namespace trellis::orchestrator {
+
+class ApiFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           (std::string("trellis_api_") + info->test_suite_name() + "_" + info->name() + "_" +
+            std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  ApiOptions options() const {
+    ApiOptions o;
+    o.port = 0;
+    o.data_dir = dir_;
+    o.run_id = "run-test";
+    o.steps = 4;
+    o.batch_size = 8;
+    o.group_size = 4;
+    o.async_level = 1;
+    o.max_upload_bytes = 1 << 20;
+    return o;
+  }
+
+  // (Re)starts the server with `o`; returns its port.
+  int start_server(const ApiOptions& o) {
+    server_.reset();
+    server_ = std::make_unique<Server>(o);
+    const int port = server_->start();
+    EXPECT_GT(port, 0);
+    return port;
+  }
+
+  static std::string error_text(const httplib::Result& res) {
+    if (!res) return "no response";
+    try {
+      return Json::parse(res->body).at("error").get<std::string>();
+    } catch (...) {
+      return "not a JSON error: " + res->body;
+    }
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Server> server_;
+};
+
+}  // namespace trellis::orchestrator
