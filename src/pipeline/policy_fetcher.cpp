@@ -74,9 +74,11 @@ void PolicyFetcher::loop() {
 
 void PolicyFetcher::fetch_once() {
   orchestrator::Client orchestrator(orchestrator_url_);
-  if (!registered_) {  // the relays serve only nodes the orchestrator lists
+  // The relays serve only nodes the orchestrator lists, from the IP it saw them register from:
+  // registering again now and then follows a node whose address changed.
+  if (now_s() - registered_at_ > 60) {
     orchestrator.register_node(identity_);
-    registered_ = true;
+    registered_at_ = now_s();
   }
   const auto status = orchestrator.status();
   if (status.trainer_public_key.empty()) return;  // nothing published yet: nothing to verify

@@ -45,7 +45,7 @@ class PolicyFetcher {
   std::atomic<bool> stopping_{false};  // stop_, or this fetcher destroyed
   std::string orchestrator_url_;
   double poll_s_ = 0.5;
-  bool registered_ = false;
+  double registered_at_ = -1e9;
   std::string trainer_key_;
   std::unique_ptr<shardcast::Client> client_;  // once the trainer's key is known
   std::mutex mu_;
