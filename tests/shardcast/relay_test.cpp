@@ -373,5 +373,33 @@ TEST(ShardcastRelay, ClientsNeverKeepBytesThatFailVerification) {
   EXPECT_EQ(resumed.shards.shards_downloaded, 8 - cached);
 }
 
+TEST(ShardcastRelay, AVersionThatCannotBeCompletedIsSkippedForTheNextOne) {
+  TempDir tmp;
+  Origin origin(tmp.path() / "origin");
+  origin.publish(1, 4 * 1024, 1024);
+  write_file_atomic(origin.dir / "v1" / shard_file_name(1), test::random_bytes(1024, 3));
+  auto o = client_options({origin.url}, origin, tmp.path() / "cache");
+  o.fetch.attempts_per_shard = 2;
+  Client client(o);
+  std::string v2;
+  const auto report = client.fetch_newest(-1, INT64_MAX, [&](int64_t version) {
+    // While version 1 is being fetched (and fails), the trainer publishes version 2.
+    if (version == 1) v2 = origin.publish(2, 4 * 1024, 1024);
+    return tmp.path() / ("v" + std::to_string(version) + ".bin");
+  });
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->version, 2);
+  EXPECT_EQ(read_file(tmp.path() / "v2.bin"), v2);
+  EXPECT_FALSE(fs::exists(tmp.path() / "v1.bin"));
+  // Nothing newer than what is held: nothing to do.
+  EXPECT_FALSE(client.fetch_newest(2, INT64_MAX, [&](int64_t) { return tmp.path() / "x"; }));
+  // The newest cannot be completed and nothing newer exists: an error naming it.
+  write_file_atomic(origin.dir / "v2" / shard_file_name(0), test::random_bytes(1024, 4));
+  EXPECT_NE(error_of([&] {
+              client.fetch_newest(1, INT64_MAX, [&](int64_t) { return tmp.path() / "y"; });
+            }).find("version 2"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace trellis::shardcast
