@@ -175,18 +175,7 @@ class Launcher {
     orchestrator_ = role("orchestrator",
                          {"orchestrator", "--set", "orchestrator.port=" + std::to_string(port_)});
     orchestrator_->start();
-    const auto t0 = Clock::now();
-    while (!fs::exists(url_file)) {
-      if (auto st = orchestrator_->poll())
-        fail(orchestrator_->log().string(), "the orchestrator exited with status {}:\n{}", *st,
-             orchestrator_->log_tail(10));
-      if (seconds_since(t0) > 60)
-        fail(orchestrator_->log().string(), "the orchestrator did not start listening in 60 s");
-      sleep_s(0.05);
-    }
-    std::string url = read_file(url_file);
-    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
-    url_ = url;
+    url_ = wait_for_url(*orchestrator_, url_file);
     port_ = std::stoll(url_.substr(url_.rfind(':') + 1));
   }
 

@@ -46,11 +46,9 @@ Relay::Relay(RelaySettings settings)
       upstreams_(settings_.upstreams, RelayChoice::Weighted, std::random_device{}()) {
   fs::create_directories(settings_.server.data_dir);
   ensure_probe_file(settings_.server.data_dir, int64_t{1} << 20);
-  local_ = read_manifest(settings_.server.data_dir);   // a restarted relay resumes its versions
-  for (auto& v : local_.versions) v.complete = false;  // re-checked by the first pull
-  if (settings_.upstreams.empty()) {
-    for (auto& v : local_.versions) v.complete = true;  // serving a directory as it is
-  }
+  local_ = read_manifest(settings_.server.data_dir);  // a restarted relay resumes its versions
+  // With an upstream, what is here is re-checked by the first pull; without, served as it is.
+  for (auto& v : local_.versions) v.complete = settings_.upstreams.empty();
   write_local(local_);
 }
 
