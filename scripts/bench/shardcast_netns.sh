@@ -9,7 +9,8 @@
 # sends (egress of its namespace) is shaped with tc tbf to RELAY_MBIT; the origin's and the
 # clients' links are not shaped, so the relays' uplinks are the bottleneck.
 #
-# Phase 1, for each CHOICES (weighted, fastest), REPEATS times: the relays already hold the version;
+# Phase 1, for each CHOICES (weighted, fastest; a choice ending in -no-endgame, e.g.
+# weighted-no-endgame, fetches with --no-endgame), REPEATS times: the relays already hold the version;
 #   all clients start at once; time until the last client holds the verified file, aggregate
 #   throughput CLIENTS x size / time as a fraction of RELAYS x RELAY_MBIT, bytes served per relay.
 #   Before it, a reference: curl with the same parallelism fetching the same shards in a fixed
@@ -261,7 +262,8 @@ record_cpu() {  # record_cpu DIR: "busy idle server-ticks ticks-per-second" sinc
 # fetch_all DIR VERSION CHOICE: every client starts fetching VERSION at once.
 client_pids=()
 fetch_all() {
-  local dir=$1 version=$2 choice=$3 c
+  local dir=$1 version=$2 choice=${3%-no-endgame} endgame=() c
+  [[ $3 == *-no-endgame ]] && endgame=(--no-endgame)
   client_pids=()
   for c in $(seq 1 "$CLIENTS"); do
     (
@@ -269,7 +271,8 @@ fetch_all() {
       ip netns exec "$tag-c$c" /usr/bin/time -f '%U %S' -o "$dir/client$c.cpu" \
         "$bin" shardcast fetch --relays "$relays_csv" --version "$version" \
         --out "$dir/out$c.bin" --cache-dir "$dir/cache$c" --trainer-key "$key" \
-        --parallel "$PARALLEL" --choice "$choice" --stats-json "$dir/client$c.json" \
+        --parallel "$PARALLEL" --choice "$choice" "${endgame[@]}" \
+        --stats-json "$dir/client$c.json" \
         >"$dir/client$c.log" 2>&1 || rc=$?
       now >"$dir/client$c.end"
       echo "$rc" >"$dir/client$c.rc"
@@ -437,7 +440,7 @@ def run(dir):
     ok = all(read(dir / f"client{c}.rc") == "0" and read(dir / f"client{c}.sha", "ok") == "ok"
              for c in cs)
     served = {n: 0 for n in relay_names}
-    failed = corrupt = 0
+    failed = corrupt = splits = 0
     fetch_s = []  # each client's own time (manifests to verified file), without process start
     for c in cs:
         stats = dir / f"client{c}.json"
@@ -445,6 +448,7 @@ def run(dir):
             s = json.loads(stats.read_text())
             failed += s["failed_attempts"]
             corrupt += s["corrupt_shards"]
+            splits += s.get("splits", 0)
             fetch_s.append(s["seconds"])
             for r in s["relays"]:
                 served[url_name.get(r["url"].rstrip("/"), r["url"])] += r["bytes"]
@@ -456,7 +460,7 @@ def run(dir):
     # CPU of everything else on the machine (another job would make the run meaningless).
     other = (busy / hz - client_cpu - server_cpu - publish_cpu) / wall
     r = dict(dir=dir, ends=ends, last=wall, fetch=max(fetch_s, default=math.nan), ok=ok,
-             served=served, failed=failed, corrupt=corrupt, busy=busy / max(1, busy + idle),
+             served=served, failed=failed, corrupt=corrupt, splits=splits, busy=busy / max(1, busy + idle),
              client_cpu=client_cpu, server_cpu=server_cpu, other=other,
              frac=clients * size * 8 / wall / capacity)
     r["util"], r["until"] = links(dir, start, wall)
@@ -493,6 +497,12 @@ def failed(rs):
     bad = sum(not r["ok"] for r in rs)
     return (f"{sum(r['failed'] for r in rs)} ({sum(r['corrupt'] for r in rs)} corrupt)"
             + (f", **{bad} runs FAILED**" if bad else ""))
+
+
+def label(choice):  # the client's options
+    if choice.endswith("-no-endgame"):
+        return f"`--choice {choice[:-len('-no-endgame')]} --no-endgame`"
+    return f"`--choice {choice}`"
 
 
 def cpu(rs):
@@ -533,7 +543,7 @@ for phase, choice in [("reference", c) for c in phases.get("reference", [])] + [
               f"{links_cell(rs)} | 1/{relays} each | — | {cpu(rs)} |")
         continue
     fetch = statistics.median(r["fetch"] for r in rs)
-    print(f"| `--choice {choice}` | {med(rs, 'last')} s | {frac} | "
+    print(f"| {label(choice)} | {med(rs, 'last')} s | {frac} | "
           f"{fetch:.2f} s = {pct(clients * size * 8 / fetch / capacity)} | {links_cell(rs)} | "
           f"{spread(rs)} | {failed(rs)} | {cpu(rs)} |")
 
@@ -547,7 +557,7 @@ if "pipelined" in phases:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for choice in phases["pipelined"]:
         rs = runs("pipelined", choice)
-        print(f"| `--choice {choice}` | {statistics.median(r['publish'] for r in rs):.2f} s | "
+        print(f"| {label(choice)} | {statistics.median(r['publish'] for r in rs):.2f} s | "
               f"{statistics.median(r['listed'] for r in rs):.2f} s | "
               f"{statistics.median(r['relays_done'] for r in rs):.2f} s | {med(rs, 'last')} s | "
               f"{pct(statistics.median(r['frac'] for r in rs))} | {links_cell(rs)} | {spread(rs)} "
@@ -561,7 +571,7 @@ for phase in ["reference", "held", "pipelined"]:
     for choice in phases.get(phase, []):
         for r in runs(phase, choice):
             worst = max(worst, r["other"])
-            line = (f"  {phase:9} {choice:8} run {r['dir'].name}: {r['last']:6.2f} s "
+            line = (f"  {phase:9} {choice:19} run {r['dir'].name}: {r['last']:6.2f} s "
                     f"({pct(r['frac'])})")
             if phase != "reference":
                 line += f", fetch {r['fetch']:.2f}"
@@ -572,7 +582,7 @@ for phase in ["reference", "held", "pipelined"]:
             if phase != "reference":
                 line += ", served " + " ".join(f"{n} {r['served'][n] / (1 << 20):.0f}"
                                                for n in relay_names)
-                line += f", failed {r['failed']}"
+                line += f", failed {r['failed']}, end-game splits {r['splits']}"
             line += ", links " + " ".join(f"{100 * u:.0f}% until {t:.1f}"
                                           for u, t in zip(r["util"], r["until"]))
             line += (f", CPU s clients {r['client_cpu']:.1f} servers {r['server_cpu']:.1f}, "

@@ -111,7 +111,7 @@ void add_fetch_command(CLI::App* shardcast) {
   struct Args {
     std::string relays, version = "latest", out, trainer_key, cache_dir, choice = "weighted",
                         source_ip, stats_json;
-    bool no_signature_check = false;
+    bool no_signature_check = false, no_endgame = false;
     int parallel = 8;
     double stall_s = 10, timeout_s = 600;
   };
@@ -129,6 +129,8 @@ void add_fetch_command(CLI::App* shardcast) {
                   "verified shards of unfinished fetches (default: <out>.shards)");
   cmd->add_option("--parallel", args->parallel, "shards downloading at once (default 8)");
   cmd->add_option("--choice", args->choice, "weighted (default) | fastest");
+  cmd->add_flag("--no-endgame", args->no_endgame,
+                "never split the last transfers between relays (for comparison)");
   cmd->add_option("--source-ip", args->source_ip, "local address to connect from");
   cmd->add_option("--stall-s", args->stall_s, "abandon a transfer stalled this long (default 10)");
   cmd->add_option("--timeout-s", args->timeout_s, "give the version up after this (default 600)");
@@ -146,6 +148,7 @@ void add_fetch_command(CLI::App* shardcast) {
     o.cache_dir = args->cache_dir.empty() ? args->out + ".shards" : args->cache_dir;
     o.choice = shardcast::parse_relay_choice(args->choice, "--choice");
     o.fetch.parallel = std::max(1, args->parallel);
+    o.fetch.endgame = !args->no_endgame;
     o.fetch.http.stall_s = args->stall_s;
     o.fetch.version_timeout_s = args->timeout_s;
     o.fetch.http.source_ip = args->source_ip;
@@ -182,6 +185,7 @@ void add_fetch_command(CLI::App* shardcast) {
                              {"shards_reused", report.shards.shards_reused},
                              {"failed_attempts", report.shards.failed_attempts},
                              {"corrupt_shards", report.shards.corrupt_shards},
+                             {"splits", report.shards.splits},
                              {"relays", relays}}
                             .dump(1));
     }

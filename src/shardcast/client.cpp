@@ -1,13 +1,11 @@
 #include "shardcast/client.h"
 
 #include <chrono>
-#include <fstream>
 #include <thread>
 
 #include "common/error.h"
-#include "common/files.h"
-#include "common/hashing.h"
 #include "common/logging.h"
+#include "shardcast/assembler.h"
 
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
@@ -15,28 +13,6 @@ namespace {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Concatenates the verified shards into `out` and checks the whole file against the entry.
-void assemble(const VersionEntry& entry, const fs::path& shard_dir, const fs::path& out) {
-  const std::string where = fmt::format("version {} -> {}", entry.version, out.string());
-  AtomicFileWriter file(out);
-  Sha256Stream whole;
-  int64_t size = 0;
-  std::string buf(1 << 20, '\0');
-  for (size_t i = 0; i < entry.shards.size(); ++i) {
-    std::ifstream in(shard_dir / shard_file_name(i), std::ios::binary);
-    if (!in) fail(where, "shard {} vanished before assembly", i + 1);
-    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
-      const std::string_view piece(buf.data(), static_cast<size_t>(in.gcount()));
-      whole.update(piece);
-      file.write(piece.data(), piece.size());
-      size += static_cast<int64_t>(piece.size());
-    }
-  }
-  if (size != entry.size || whole.hex() != entry.sha256)
-    fail(where, "the assembled file does not match the signed whole-file SHA-256");
-  file.commit();
 }
 
 }  // namespace
@@ -61,10 +37,10 @@ std::string FetchReport::summary() const {
                              r.downloads - r.failures, r.failures);
   return fmt::format(
       "version {}: {} bytes in {:.2f} s ({:.1f} MB/s), {} shards downloaded, {} reused, {} "
-      "failed attempts ({} corrupt); relays: {}",
+      "failed attempts ({} corrupt), {} end-game splits; relays: {}",
       version, bytes, seconds, static_cast<double>(bytes) / std::max(seconds, 1e-9) / 1e6,
       shards.shards_downloaded, shards.shards_reused, shards.failed_attempts, shards.corrupt_shards,
-      per_relay);
+      shards.splits, per_relay);
 }
 
 Client::Client(ClientOptions options)
@@ -158,15 +134,16 @@ FetchReport Client::fetch(int64_t version, const fs::path& out) {
   const fs::path shard_dir = options_.cache_dir / version_dir_name(version);
   FetchReport report;
   report.version = version;
+  ShardAssembler assembler(*entry, shard_dir, out);
   report.shards = fetch_shards(
       *entry, shard_dir, selector_, holdings_of(all, *entry),
       [&](const HttpOptions& http) {
         return holdings_of(fetch_manifests(options_.relays, http), *entry);
       },
-      options_.fetch, {}, options_.stop);
+      options_.fetch, [&](size_t i) { assembler.shard_ready(i); }, options_.stop);
   report.relays = selector_.stats();
   if (!report.shards.complete) fail(where, "cannot be completed: {}", report.shards.error);
-  assemble(*entry, shard_dir, out);
+  assembler.finish();
   // The cache holds only unfinished fetches: this one and older ones are done with.
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(options_.cache_dir, ec)) {

@@ -10,6 +10,7 @@ namespace trellis::shardcast {
 namespace {
 
 struct Transfer {
+  long body_status = 200;  // the status whose body goes to the sink
   const std::function<bool(std::string_view)>* sink = nullptr;
   const std::function<bool()>* cancelled = nullptr;
   std::string* error_body = nullptr;
@@ -24,7 +25,7 @@ size_t on_data(char* data, size_t size, size_t n, void* user) {
   long status = 0;
   curl_easy_getinfo(t->curl, CURLINFO_RESPONSE_CODE, &status);
   t->bytes += static_cast<int64_t>(len);
-  if (status == 200 && t->sink) {
+  if (status == t->body_status && t->sink) {
     if (!(*t->sink)({data, len})) {
       t->aborted = true;
       return 0;  // libcurl ends the transfer with CURLE_WRITE_ERROR
@@ -60,7 +61,10 @@ HttpResult http_get(const std::string& url, const HttpOptions& options,
   std::string error_body;
   HttpResult r;
   CURL* curl = thread_handle();
-  Transfer t{&sink, &options.cancelled, &error_body, curl};
+  const bool ranged = options.range_end > 0;
+  Transfer t{ranged ? 206L : 200L, &sink, &options.cancelled, &error_body, curl};
+  const std::string range = fmt::format("{}-{}", options.range_begin, options.range_end - 1);
+  if (ranged) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
   char message[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
@@ -93,7 +97,9 @@ HttpResult http_get(const std::string& url, const HttpOptions& options,
                   ? "cancelled"
                   : fmt::format("{}", message[0] ? message : curl_easy_strerror(code));
     if (code == CURLE_OPERATION_TIMEDOUT) r.status = 0;
-  } else if (r.status != 200) {
+  } else if (ranged && r.status == 200) {
+    r.error = "the server ignored the byte range";
+  } else if (!r.ok()) {
     r.error = fmt::format("HTTP {}{}", r.status, error_body.empty() ? "" : ": " + error_body);
     curl_off_t retry = 0;
     if (curl_easy_getinfo(curl, CURLINFO_RETRY_AFTER, &retry) == CURLE_OK)

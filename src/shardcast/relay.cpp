@@ -136,7 +136,8 @@ void Relay::pull_once() {
         [&](const HttpOptions& http) {
           return holdings_of(fetch_manifests(settings_.upstreams, http), entry);
         },
-        settings_.pull, [this](size_t) { ++shards_pulled_; }, &stopping_);
+        settings_.pull, {}, &stopping_);
+    shards_pulled_ += st.shards_downloaded;
     if (!st.complete) {
       ++pull_failures_;
       if (!stopping_)

@@ -3,9 +3,11 @@
 // RelaySelector, hashed as it streams in and renamed into place only when its SHA-256 matches the
 // manifest. A corrupt shard is discarded and fetched again elsewhere (the relay is penalised); a
 // shard a relay does not have yet (it is still pulling the version) is retried a moment later;
-// each shard has a bounded number of failed attempts, and the version a deadline. Shards already
-// in the directory that match their hash are kept (resume). Used by clients and by relays, which
-// pull from their upstreams the same way.
+// each shard has a bounded number of failed attempts, and the version a deadline. Once every
+// missing byte is being fetched, idle threads split the transfers with the most left and fetch
+// their second halves from other relays (end game).
+// Shards already in the directory that match their hash are kept (resume). Used by clients and
+// by relays, which pull from their upstreams the same way.
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,9 @@ struct FetchOptions {
   double version_timeout_s = 600;
   double retry_delay_s = 0.2;  // before asking again for a shard a relay does not have yet
   double manifest_refresh_s = 2;
+  // Once every missing byte is being fetched, idle threads take the second half of the
+  // transfers with the most left to another relay (HTTP byte ranges).
+  bool endgame = true;
   HttpOptions http;
 };
 
@@ -44,13 +49,15 @@ struct FetchStats {
   std::string error;  // why not, when !complete
   int64_t shards_downloaded = 0, shards_reused = 0, bytes_downloaded = 0;
   int64_t failed_attempts = 0, corrupt_shards = 0, not_yet = 0;
+  int64_t splits = 0;  // end-game splits: parts of running transfers taken to another relay
   double seconds = 0;
 };
 
 // Fetches every shard of `entry` into `dir`. `initial` says, per server of `selector`, what it
 // holds of this version; `holdings(http)` asks again, with `http` (which cancels the requests
-// once the fetch is over), every manifest_refresh_s. `on_shard(i)` runs (on a
-// download thread) after shard i is in place. Stops early, incomplete, when `stop` becomes true.
+// once the fetch is over), every manifest_refresh_s. `on_shard(i)` runs once shard i is in place:
+// at the start for shards already there, then on the download thread that landed it. Stops
+// early, incomplete, when `stop` becomes true.
 FetchStats fetch_shards(const VersionEntry& entry, const std::filesystem::path& dir,
                         RelaySelector& selector, std::vector<Holding> initial,
                         const std::function<std::vector<Holding>(const HttpOptions&)>& holdings,

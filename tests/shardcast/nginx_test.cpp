@@ -103,6 +103,14 @@ TEST(ShardcastNginx, ServesARelayDirectoryWithTheGeneratedConfigAndItsRules) {
       << out;
   EXPECT_NE(out.find("fetched version 4"), std::string::npos) << out;
   EXPECT_EQ(read_file(tmp.path() / "out.bin"), data);
+  // The end game's byte ranges: nginx answers 206 with exactly the bytes asked for.
+  HttpOptions ranged;
+  ranged.range_begin = 1000;
+  ranged.range_end = 5000;
+  std::string part;
+  const HttpResult r = http_get_string(url + shard_url_path(4, 1), ranged, part);
+  EXPECT_EQ(r.status, 206) << r.error;
+  EXPECT_EQ(part, data.substr((64 << 10) + 1000, 4000));
 
   // The allowlist: 127.0.0.2 is not listed; the paths outside the layout are not served.
   EXPECT_EQ(status_of(url + "/manifest.json", "127.0.0.2"), 403);

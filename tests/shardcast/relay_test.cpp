@@ -205,6 +205,7 @@ TEST(ShardcastRelay, AStalledRelayTimesOutInsteadOfHangingTheDownload) {
                  {"relay.bandwidth_mib_s=1"});
   auto o = client_options({a.url, b.url}, origin, tmp.path() / "cache");
   o.fetch.http.stall_s = 1;
+  o.fetch.endgame = false;  // which would race the stalled transfers instead of timing them out
   Client client(o);
   auto fetch =
       std::async(std::launch::async, [&] { return client.fetch(1, tmp.path() / "out.bin"); });

@@ -1,0 +1,60 @@
+#include "shardcast/assembler.h"
+
+#include <fstream>
+
+#include "common/error.h"
+
+namespace trellis::shardcast {
+namespace fs = std::filesystem;
+
+ShardAssembler::ShardAssembler(const VersionEntry& entry, fs::path shard_dir, const fs::path& out)
+    : entry_(entry),
+      shard_dir_(std::move(shard_dir)),
+      where_(fmt::format("version {} -> {}", entry.version, out.string())),
+      ready_(entry.shards.size(), false),
+      file_(out) {}
+
+void ShardAssembler::shard_ready(size_t i) {
+  std::unique_lock lock(mu_);
+  ready_.at(i) = true;
+  if (appending_) return;  // that thread appends this one too when its turn comes
+  appending_ = true;
+  while (error_.empty() && next_ < ready_.size() && ready_[next_]) {
+    const size_t shard = next_;
+    lock.unlock();
+    std::string error;
+    try {
+      append(shard);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    lock.lock();
+    error_ = error;
+    ++next_;
+  }
+  appending_ = false;
+}
+
+void ShardAssembler::append(size_t i) {
+  std::ifstream in(shard_dir_ / shard_file_name(i), std::ios::binary);
+  if (!in) fail(where_, "shard {} vanished before assembly", i + 1);
+  buf_.resize(1 << 20);
+  while (in.read(buf_.data(), static_cast<std::streamsize>(buf_.size())) || in.gcount() > 0) {
+    const std::string_view piece(buf_.data(), static_cast<size_t>(in.gcount()));
+    whole_.update(piece);
+    file_.write(piece.data(), piece.size());
+    size_ += static_cast<int64_t>(piece.size());
+  }
+  if (in.bad()) fail(where_, "cannot read shard {}", i + 1);
+}
+
+void ShardAssembler::finish() {
+  std::lock_guard lock(mu_);
+  if (!error_.empty()) throw Error(error_);
+  for (; next_ < ready_.size(); ++next_) append(next_);
+  if (size_ != entry_.size || whole_.hex() != entry_.sha256)
+    fail(where_, "the assembled file does not match the signed whole-file SHA-256");
+  file_.commit();
+}
+
+}  // namespace trellis::shardcast
