@@ -1,0 +1,78 @@
+#include "toploc/polynomial.h"
+
+#include <utility>
+
+#include "common/error.h"
+
+namespace trellis::toploc {
+namespace {
+
+constexpr uint64_t kP = kPrime;
+
+uint64_t sub_mod(uint64_t a, uint64_t b) { return a >= b ? a - b : a + kP - b; }
+
+}  // namespace
+
+uint32_t mod_inverse(uint64_t a) {
+  // Invariant: r_i ≡ s_i * a (mod p). Signed 64-bit: |s| stays below p.
+  int64_t old_r = static_cast<int64_t>(a % kP), r = static_cast<int64_t>(kP);
+  int64_t old_s = 1, s = 0;
+  if (old_r == 0) fail("toploc", "{} has no inverse mod {}", a, kPrime);
+  while (r != 0) {
+    const int64_t q = old_r / r;
+    old_r -= q * r;
+    std::swap(old_r, r);
+    old_s -= q * s;
+    std::swap(old_s, s);
+  }
+  // p is prime, so gcd(a, p) = old_r = 1 here.
+  const int64_t inv = old_s % static_cast<int64_t>(kP);
+  return static_cast<uint32_t>(inv < 0 ? inv + static_cast<int64_t>(kP) : inv);
+}
+
+std::vector<uint16_t> interpolate(std::span<const uint32_t> x, std::span<const uint32_t> y) {
+  if (x.size() != y.size()) {
+    fail("toploc interpolation", "{} x values but {} y values", x.size(), y.size());
+  }
+  const size_t k = x.size();
+  if (k == 0) fail("toploc interpolation", "no points to interpolate");
+  std::vector<uint64_t> xs(k), dd(k);
+  for (size_t i = 0; i < k; ++i) {
+    xs[i] = x[i] % kP;
+    dd[i] = y[i] % kP;
+  }
+  // Divided differences in place: after round j, dd[i] = f[x_{i-j}, ..., x_i] for i >= j, so at
+  // the end dd[i] = f[x_0, ..., x_i], the i-th Newton coefficient.
+  for (size_t j = 1; j < k; ++j) {
+    for (size_t i = k - 1; i >= j; --i) {
+      const uint64_t den = sub_mod(xs[i], xs[i - j]);
+      if (den == 0) {
+        fail("toploc interpolation", "x[{}] and x[{}] are equal mod {}", i - j, i, kPrime);
+      }
+      dd[i] = sub_mod(dd[i], dd[i - 1]) * mod_inverse(den) % kP;
+    }
+  }
+  // Newton form P = dd0 + (x - x0)(dd1 + (x - x1)(dd2 + ...)), expanded from the innermost
+  // bracket outwards: poly <- poly * (x - x_i) + dd_i.
+  std::vector<uint64_t> poly(k, 0);
+  poly[0] = dd[k - 1];
+  for (size_t i = k - 1; i-- > 0;) {
+    // Degree of poly is k-2-i before the multiplication; shift up and subtract x_i * poly.
+    const size_t deg = k - 2 - i;
+    poly[deg + 1] = poly[deg];
+    for (size_t d = deg; d > 0; --d) poly[d] = sub_mod(poly[d - 1], xs[i] * poly[d] % kP);
+    poly[0] = sub_mod(dd[i], xs[i] * poly[0] % kP);
+  }
+  std::vector<uint16_t> out(k);
+  for (size_t i = 0; i < k; ++i) out[i] = static_cast<uint16_t>(poly[i]);
+  return out;
+}
+
+uint32_t evaluate(std::span<const uint16_t> coeffs, uint64_t x) {
+  const uint64_t xr = x % kP;
+  uint64_t acc = 0;
+  for (size_t i = coeffs.size(); i-- > 0;) acc = (acc * xr + coeffs[i]) % kP;
+  return static_cast<uint32_t>(acc);
+}
+
+}  // namespace trellis::toploc
