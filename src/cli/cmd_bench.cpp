@@ -94,6 +94,7 @@ struct BenchRolloutsFlags {
   EnvFlags env;
   pipeline::RolloutBenchOptions options;
   ComputeFlags compute;
+  bool proofs = false;  // each mode also with TOPLOC proofs
 };
 
 void run_bench_rollouts(const BenchRolloutsFlags& f) {
@@ -111,27 +112,45 @@ void run_bench_rollouts(const BenchRolloutsFlags& f) {
       static_cast<long long>(o.steps), static_cast<long long>(o.groups_per_step),
       static_cast<long long>(config.get<int64_t>("rl.group_size")),
       static_cast<long long>(config.get<int64_t>("rl.max_tokens")));
-  std::printf("%-7s %9s %9s %12s %13s %14s %10s %11s %8s\n", "mode", "s/step", "tokens/s",
+  std::printf("%-12s %9s %9s %12s %13s %14s %10s %11s %8s\n", "mode", "s/step", "tokens/s",
               "decode batch", "forwards/step", "prefilled/step", "tokens/step", "mean length",
               "dropped");
+  std::vector<std::string> overheads;
   for (const bool partial : {false, true}) {
-    o.partial = partial;
-    const auto r = pipeline::bench_rollouts(
-        *transformer, f.model, config, o, [&](int64_t step, double seconds) {
-          std::fprintf(stderr, "\r  %s step %lld/%lld: %.2f s  ", partial ? "c3po" : "plain",
-                       static_cast<long long>(step + 1), static_cast<long long>(o.steps), seconds);
-          std::fflush(stderr);
-        });
-    std::fprintf(stderr, "\r%60s\r", "");
-    const double steps = static_cast<double>(r.steps);
-    std::printf(
-        "%-7s %9.3f %9.0f %12.1f %13.0f %14.0f %10.0f %11.1f %8lld\n", partial ? "c3po" : "plain",
-        r.seconds / steps, static_cast<double>(r.tokens) / r.seconds,
-        static_cast<double>(r.tokens) / static_cast<double>(std::max<int64_t>(1, r.forwards)),
-        static_cast<double>(r.forwards) / steps, static_cast<double>(r.prefilled) / steps,
-        static_cast<double>(r.tokens) / steps, r.completion_tokens,
-        static_cast<long long>(r.dropped_groups));
+    double without = 0;
+    for (const bool proofs : f.proofs ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      o.partial = partial;
+      o.proofs = proofs;
+      const std::string mode = std::string(partial ? "c3po" : "plain") + (proofs ? "+proof" : "");
+      const auto r = pipeline::bench_rollouts(
+          *transformer, f.model, config, o, [&](int64_t step, double seconds) {
+            std::fprintf(stderr, "\r  %s step %lld/%lld: %.2f s  ", mode.c_str(),
+                         static_cast<long long>(step + 1), static_cast<long long>(o.steps),
+                         seconds);
+            std::fflush(stderr);
+          });
+      std::fprintf(stderr, "\r%60s\r", "");
+      const double steps = static_cast<double>(r.steps);
+      const double tokens_per_s = static_cast<double>(r.tokens) / r.seconds;
+      std::printf(
+          "%-12s %9.3f %9.0f %12.1f %13.0f %14.0f %10.0f %11.1f %8lld\n", mode.c_str(),
+          r.seconds / steps, tokens_per_s,
+          static_cast<double>(r.tokens) / static_cast<double>(std::max<int64_t>(1, r.forwards)),
+          static_cast<double>(r.forwards) / steps, static_cast<double>(r.prefilled) / steps,
+          static_cast<double>(r.tokens) / steps, r.completion_tokens,
+          static_cast<long long>(r.dropped_groups));
+      if (!proofs) {
+        without = tokens_per_s;
+      } else {
+        overheads.push_back(fmt::format(
+            "{}: proofs cost {:.1f}% of generation throughput ({:.2f} s building {} bytes of "
+            "proofs, {:.1f} us per generated token)",
+            partial ? "c3po" : "plain", 100 * (1 - tokens_per_s / without), r.proving_seconds,
+            r.proof_bytes, 1e6 * r.proving_seconds / static_cast<double>(r.tokens)));
+      }
+    }
   }
+  for (const auto& line : overheads) std::printf("%s\n", line.c_str());
 }
 
 struct BenchVerifyFlags {
@@ -224,6 +243,9 @@ void add_bench_commands(CLI::App& app) {
       ->add_option("--groups-per-step", ro.options.groups_per_step,
                    "whole groups each step needs; default rl.batch_size / rl.group_size")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  rollouts->add_flag("--proofs", ro.proofs,
+                     "run each mode also with TOPLOC proofs built while decoding, and report "
+                     "their cost");
   add_compute_flags(rollouts, ro.compute);
   rollouts->callback([] { run_bench_rollouts(ro); });
 

@@ -98,6 +98,9 @@ inflight_completions = 0  # Ω: completions in flight; 0 = groups_per_submission
 token_budget = 256      # Φ: finished tokens per iteration; then new weights, refill, uploads
 max_retention = 0       # σ: purge completions spanning more policy versions; 0 = rl.async_level + 1
 
+[toploc]                # TOPLOC proofs of inference (specs/toploc.md)
+proofs = true           # workers: commit to every completion's hidden states while decoding
+
 [shardcast]             # checkpoint broadcast: trainer (origin) -> relays -> workers (specs/shardcast.md)
 relays = 1              # `trellis run`: relays to start; 0 = workers fetch from the trainer's origin
 tree = "star"           # `trellis run`: star (every relay pulls from the origin) | chain (each from the one before)

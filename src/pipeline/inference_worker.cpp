@@ -24,6 +24,7 @@
 #include "rollout/data_sampling.h"
 #include "rollout/rollout_file.h"
 #include "rollout/signing.h"
+#include "toploc/proof_builder.h"
 
 namespace trellis::pipeline {
 namespace fs = std::filesystem;
@@ -55,6 +56,7 @@ class Worker {
     tasks_ = std::make_unique<rl::TaskSource>(*environment_, config, rl_.seed);
     sampler_ = std::make_unique<FixedDataSampler>(*tasks_, identity_->address(), config);
     rollout_ = rl::rollout_options(rl_, config);
+    if (config.get<bool>("toploc.proofs")) rollout_.proofs = &proofs_;
     base_model_ = config.get<std::string>("model.path");
     if (base_model_.empty())
       fail("model.path", "no model: set [model] path (the tokenizer and architecture)");
@@ -133,6 +135,11 @@ class Worker {
           std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
       engine_ = std::make_unique<engine::Engine>(
           *model_, worker_engine_options(config_, partial_, prompting_->tok.vocab_size()));
+      if (rollout_.proofs) {
+        engine_->set_hidden_sink([this](engine::HiddenRow r) {
+          proofs_.add(toploc::completion_key(r.request_id, r.index), r.token_index, r.row);
+        });
+      }
       engine_->update_weights([](model::Transformer&) {}, version);
       if (partial_) {
         pool_ = std::make_unique<PartialRolloutPool>(*engine_, *prompting_, *environment_,
@@ -303,7 +310,8 @@ class Worker {
   std::unique_ptr<env::Environment> environment_;
   std::unique_ptr<rl::TaskSource> tasks_;
   std::unique_ptr<FixedDataSampler> sampler_;
-  rl::RolloutOptions rollout_;  // without the seed, which each draw has
+  rl::RolloutOptions rollout_;   // without the seed, which each draw has
+  toploc::ProofBuilder proofs_;  // before the engine, whose hidden-row thread feeds it
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::Prompting> prompting_;
   std::unique_ptr<engine::Engine> engine_;

@@ -9,6 +9,7 @@
 #include "rl/rl_loop.h"
 #include "rl/rollouts.h"
 #include "rl/task_source.h"
+#include "toploc/proof_builder.h"
 
 namespace trellis::pipeline {
 namespace {
@@ -28,10 +29,17 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
   const FixedDataSampler sampler(tasks, "bench", config);  // the same prompts in both modes
   const auto prompting = model::Prompting::load(model_dir, model.config());
   const int64_t per_submission = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
-  const auto ro = rl::rollout_options(rl, config);
+  auto ro = rl::rollout_options(rl, config);
 
   engine::Engine engine(model,
                         worker_engine_options(config, options.partial, prompting.tok.vocab_size()));
+  toploc::ProofBuilder proofs;
+  if (options.proofs) {
+    ro.proofs = &proofs;
+    engine.set_hidden_sink([&](engine::HiddenRow row) {
+      proofs.add(toploc::completion_key(row.request_id, row.index), row.token_index, row.row);
+    });
+  }
   std::unique_ptr<PartialRolloutPool> pool;
   if (options.partial) {
     pool = std::make_unique<PartialRolloutPool>(engine, prompting, *environment, sampler, ro,
@@ -45,6 +53,7 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
     for (const auto& ro : g.rollouts) {
       completion_tokens += static_cast<double>(ro.tokens());
       completions += 1;
+      r.proof_bytes += static_cast<int64_t>(ro.proof.size());
     }
   };
   const auto before = engine.stats();
@@ -83,6 +92,7 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
   r.forwards = after.steps - before.steps;
   r.prefilled = after.prompt_tokens - before.prompt_tokens;
   r.completion_tokens = completion_tokens / std::max(1.0, completions);
+  r.proving_seconds = proofs.proving_seconds();
   return r;
 }
 

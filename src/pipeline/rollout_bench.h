@@ -20,6 +20,7 @@ struct RolloutBenchOptions {
   int64_t steps = 10;
   int64_t groups_per_step = 16;  // rl.batch_size / rl.group_size by default
   bool partial = false;          // C3PO++ (infer.inflight_completions, token_budget, max_retention)
+  bool proofs = false;           // build TOPLOC proofs while decoding, as a worker does
 };
 
 struct RolloutBenchResult {
@@ -30,6 +31,8 @@ struct RolloutBenchResult {
   int64_t dropped_groups = 0;
   double seconds = 0;            // all steps, generation and scoring
   double completion_tokens = 0;  // mean length of the completions in the kept groups
+  int64_t proof_bytes = 0;       // of the kept groups' rollouts
+  double proving_seconds = 0;    // thread time spent building proofs
 };
 
 // The rollout phase with the [rl], [env] and [infer] settings of `config` on `model` (its

@@ -20,6 +20,7 @@ std::vector<rollout::RolloutRecord> to_records(const SubmissionKey& key,
       row.completion_logprobs = r.logprobs;
       row.token_versions.assign(r.versions.begin(), r.versions.end());
       row.seed = static_cast<int64_t>(r.seed);
+      row.proof = r.proof;
       row.temperature = static_cast<float>(r.sequence.temperature);
       // A worker submits only finished completions: an engine stop is an end token.
       row.finish_reason = r.finish == "length" ? "length" : "eos";

@@ -49,6 +49,7 @@ void RolloutCollector::add(const env::Task& task, int64_t id, uint64_t seed) {
   r.stop_ids = stop_ids_;
   r.sampling = options_.sampling;
   r.seed = seed;
+  r.hidden_states = options_.proofs != nullptr;
   Group& g = *group;
   g.running = options_.group_size;
   groups_.emplace(id, std::move(group));
@@ -130,7 +131,25 @@ std::vector<RolloutGroup> RolloutCollector::take(bool wait) {
   std::vector<RolloutGroup> out;
   for (int64_t id : complete) {
     auto it = groups_.find(id);
-    out.push_back(std::move(it->second->result));
+    RolloutGroup& group = it->second->result;
+    if (options_.proofs) {
+      // The rows are normally in already: they were queued before the completion finished.
+      for (size_t i = 0; i < group.rollouts.size(); ++i) {
+        Rollout& ro = group.rollouts[i];
+        const std::string key = toploc::completion_key(std::to_string(id), static_cast<int64_t>(i));
+        const int64_t rows = std::max<int64_t>(0, ro.tokens() - 1);
+        if (ro.finish == "stop" || ro.finish == "length") {
+          ro.proof = options_.proofs->take(key, rows);
+          continue;
+        }
+        try {  // dropped with its group: only its rows must go
+          options_.proofs->take(key, rows, 1.0);
+        } catch (const Error&) {
+          options_.proofs->forget(key);
+        }
+      }
+    }
+    out.push_back(std::move(group));
     groups_.erase(it);
   }
   return out;

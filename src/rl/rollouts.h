@@ -18,6 +18,7 @@
 #include "env/length_reward.h"
 #include "model/prompting.h"
 #include "rl/sequence_logprobs.h"
+#include "toploc/proof_builder.h"
 
 namespace trellis::rl {
 
@@ -32,6 +33,7 @@ struct Rollout {
   double reward = 0;              // task reward minus the length penalty
   std::string reason;             // the verifier's explanation
   double advantage = 0;           // set by the trainer's loop
+  std::string proof;              // TOPLOC chunk proofs (when RolloutOptions::proofs is set)
 
   int64_t tokens() const { return static_cast<int64_t>(sequence.completion.size()); }
 };
@@ -53,6 +55,9 @@ struct RolloutOptions {
   // A completion cut at max_tokens gets reward 0 (task_reward keeps the environment's score): an
   // answer that never ended is not an answer, and without this the policy drifts to not stopping.
   bool zero_truncated = false;
+  // When set, completions ask the engine for their hidden rows, which the engine's hidden-row
+  // sink must feed to this builder (the worker does), and each rollout carries its TOPLOC proof.
+  toploc::ProofBuilder* proofs = nullptr;
   // Called after each engine step: (completions scored, completions in all, tokens generated).
   std::function<void(int64_t done, int64_t total, int64_t tokens)> on_progress;
 };

@@ -159,6 +159,11 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
               fmt::format("{}-{}.parquet", row.node_address, row.submission));
     EXPECT_EQ(entry.path().parent_path().filename().string(), fmt::format("step_{}", row.step));
     EXPECT_EQ(file.rows.size(), 16u);  // 2 groups of 8
+    // Every completion carries its TOPLOC proof: one 258-byte chunk proof per 32 committed rows.
+    for (const auto& r : file.rows) {
+      const size_t committed = r.completion_tokens.empty() ? 0 : r.completion_tokens.size() - 1;
+      EXPECT_EQ(r.proof.size(), (committed + 31) / 32 * 258) << entry.path();
+    }
     nodes.insert(row.node_address);
     ++files;
   }
