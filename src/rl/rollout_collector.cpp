@@ -63,6 +63,10 @@ void RolloutCollector::add(const env::Task& task, int64_t id, uint64_t seed) {
 
 void RolloutCollector::on_finish(Group& group, engine::Completion c) {
   --group.running;
+  if (options_.proofs) {  // its last chunk can be proven as soon as its last row is in
+    options_.proofs->finish(toploc::completion_key(c.request_id, c.index),
+                            static_cast<int64_t>(c.tokens.size()) - 1);
+  }
   Rollout& ro = group.result.rollouts[c.index];
   ro.sequence.prompt = std::move(c.prompt);
   ro.sequence.completion = std::move(c.tokens);

@@ -22,79 +22,88 @@ std::string completion_key(const std::string& request_id, int64_t index) {
 
 ProofBuilder::ProofBuilder(ProofConfig config) : config_(config) {}
 
-void ProofBuilder::prove_rows(Pending& p, const std::string& key) const {
-  const auto t0 = std::chrono::steady_clock::now();
-  try {
-    p.proof += build_proof(p.rows, static_cast<size_t>(p.hidden), config_);
-  } catch (const Error& e) {
-    p.broken = e.what();
-    log::warn("toploc: no proof for {}: {}", key, p.broken);
-  }
+void ProofBuilder::submit_chunk(const std::string& key, Pending& p) {
+  const int64_t chunk = p.submitted++;
+  prover_.submit([this, key, chunk, hidden = p.hidden, rows = std::move(p.rows)] {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string proof, broken;
+    try {
+      proof = build_proof(rows, static_cast<size_t>(hidden), config_);
+    } catch (const Error& e) {
+      broken = e.what();
+    }
+    proving_ns_ +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    std::lock_guard lock(mu_);
+    const auto it = pending_.find(key);
+    if (it == pending_.end()) return;  // forgotten meanwhile
+    Pending& q = it->second;
+    q.proofs[chunk] = std::move(proof);
+    ++q.proven;
+    if (!broken.empty() && q.broken.empty()) {
+      q.broken = broken;
+      log::warn("toploc: no proof for {}: {}", key, broken);
+    }
+    cv_.notify_all();
+  });
   p.rows.clear();
-  proving_ns_ +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-          .count();
+}
+
+void ProofBuilder::maybe_submit_last(const std::string& key, Pending& p) {
+  if (p.expected >= 0 && p.received == p.expected && !p.rows.empty()) submit_chunk(key, p);
 }
 
 void ProofBuilder::add(const std::string& key, int64_t token_index, const torch::Tensor& row) {
   std::vector<uint16_t> bits = bf16_bits(row);
-  std::unique_lock lock(mu_);
+  std::lock_guard lock(mu_);
   Pending& p = pending_[key];
   if (!p.broken.empty()) return;
-  if (token_index != p.received ||
-      (p.hidden != 0 && p.hidden != static_cast<int64_t>(bits.size()))) {
-    p.broken = fmt::format("row {} arrived after {} rows of width {} (a row of width {})",
-                           token_index, p.received, p.hidden, bits.size());
+  const auto width = static_cast<int64_t>(bits.size());
+  if (token_index != p.received || (p.hidden != 0 && p.hidden != width)) {
+    p.broken = fmt::format("row {} (width {}) arrived after {} rows of width {}", token_index,
+                           width, p.received, p.hidden);
+    cv_.notify_all();
     return;
   }
-  p.hidden = static_cast<int64_t>(bits.size());
+  p.hidden = width;
   p.rows.insert(p.rows.end(), bits.begin(), bits.end());
   ++p.received;
-  if (p.rows.size() == config_.chunk_rows * bits.size()) {
-    // Proven outside the lock: take() for other completions must not wait on it. The entry
-    // stays put (std::map never moves it), and only this thread adds rows to it.
-    std::vector<uint16_t> rows;
-    rows.swap(p.rows);
-    lock.unlock();
-    Pending chunk{std::move(rows), "", 0, p.hidden, ""};
-    prove_rows(chunk, key);
-    lock.lock();
-    const auto it = pending_.find(key);
-    if (it == pending_.end()) return;  // forgotten meanwhile
-    it->second.proof += chunk.proof;
-    if (!chunk.broken.empty() && it->second.broken.empty()) it->second.broken = chunk.broken;
-  }
+  if (p.rows.size() == config_.chunk_rows * bits.size())
+    submit_chunk(key, p);
+  else
+    maybe_submit_last(key, p);
   cv_.notify_all();
 }
 
+void ProofBuilder::finish(const std::string& key, int64_t rows) {
+  std::lock_guard lock(mu_);
+  Pending& p = pending_[key];
+  if (p.expected >= 0) return;
+  p.expected = std::max<int64_t>(0, rows);
+  maybe_submit_last(key, p);
+}
+
 std::string ProofBuilder::take(const std::string& key, int64_t rows, double timeout_s) {
+  finish(key, rows);
   std::unique_lock lock(mu_);
-  const auto ready = [&] {
-    const auto it = pending_.find(key);
-    if (rows <= 0) return true;
-    if (it == pending_.end()) return false;
-    // All rows in, and no full chunk still being proven outside the lock.
-    const Pending& p = it->second;
-    return !p.broken.empty() ||
-           (p.received >= rows &&
-            p.proof.size() ==
-                chunk_proof_bytes(config_.k) *
-                    static_cast<size_t>(p.received / static_cast<int64_t>(config_.chunk_rows)));
+  const auto done = [&] {
+    const Pending& p = pending_[key];
+    return !p.broken.empty() || p.received > p.expected ||
+           (p.received == p.expected && p.rows.empty() && p.proven == p.submitted);
   };
-  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), ready))
-    fail(key, "TOPLOC rows for {} tokens did not arrive within {:.0f} s", rows, timeout_s);
-  if (rows <= 0) {
-    pending_.erase(key);
-    return "";
-  }
+  const bool ready = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
   Pending p = std::move(pending_[key]);
   pending_.erase(key);
+  if (!ready)
+    fail(key, "TOPLOC rows for {} tokens did not arrive within {:.0f} s ({} did)", rows, timeout_s,
+         p.received);
   if (!p.broken.empty()) fail(key, "no TOPLOC proof: {}", p.broken);
-  if (p.received != rows)
-    fail(key, "{} TOPLOC rows arrived for a completion that commits {}", p.received, rows);
-  if (!p.rows.empty()) prove_rows(p, key);
-  if (!p.broken.empty()) fail(key, "no TOPLOC proof: {}", p.broken);
-  return p.proof;
+  if (p.received != p.expected)
+    fail(key, "{} TOPLOC rows arrived for a completion that commits {}", p.received, p.expected);
+  std::string proof;
+  for (const auto& [chunk, bytes] : p.proofs) proof += bytes;
+  return proof;
 }
 
 void ProofBuilder::forget(const std::string& key) {
