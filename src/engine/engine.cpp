@@ -128,21 +128,21 @@ struct Engine::Impl {
     if (hidden_thread.joinable()) hidden_thread.join();
   }
 
+  // Takes whatever is queued at once: a lock and a wake-up per forward, not per row.
   void hidden_worker() {
     for (;;) {
-      HiddenRow row;
+      std::deque<HiddenRow> rows;
       {
         std::unique_lock lock(hidden_mu);
         hidden_cv.wait(lock, [&] { return hidden_stop || !hidden_queue.empty(); });
         if (hidden_queue.empty()) return;
-        row = std::move(hidden_queue.front());
-        hidden_queue.pop_front();
-        ++hidden_busy;
+        rows.swap(hidden_queue);
+        hidden_busy = static_cast<int64_t>(rows.size());
       }
-      sink(std::move(row));
+      for (auto& row : rows) sink(std::move(row));
       {
         std::lock_guard lock(hidden_mu);
-        --hidden_busy;
+        hidden_busy = 0;
       }
       hidden_cv.notify_all();
     }
@@ -276,13 +276,14 @@ struct Engine::Impl {
     return batch;
   }
 
-  void deliver_hidden(Seq& s, int64_t token_index, const torch::Tensor& row) {
+  // Queues one forward's hidden rows for the sink's thread, under one lock and one wake-up.
+  void deliver_hidden(std::vector<HiddenRow> rows) {
+    if (rows.empty()) return;
     {
       std::lock_guard lock(hidden_mu);
-      hidden_queue.push_back({s.group->request.id, s.c.index, token_index, version, row});
+      for (auto& r : rows) hidden_queue.push_back(std::move(r));
     }
     hidden_cv.notify_one();
-    s.hidden_sent = token_index + 1;
   }
 
   // Samples the next token of `owner` (of each of its completions if it is a shared prefill);
@@ -373,10 +374,16 @@ struct Engine::Impl {
     torch::Tensor hidden_rows;
     if (any_hidden) hidden_rows = out.hidden.to(torch::kCPU).clone();
 
+    std::vector<HiddenRow> delivered;
     for (auto& e : batch) {
-      e.seq->cached += e.count;
-      for (auto [j, row] : e.hidden) deliver_hidden(*e.seq, j, hidden_rows[row]);
+      Seq& s = *e.seq;
+      s.cached += e.count;
+      for (auto [j, row] : e.hidden) {
+        delivered.push_back({s.group->request.id, s.c.index, j, version, hidden_rows[row]});
+        s.hidden_sent = j + 1;
+      }
     }
+    deliver_hidden(std::move(delivered));
     stats.prompt_tokens += st.prefill_tokens;
 
     // Sample, then retire finished completions at once.

@@ -93,6 +93,7 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
   r.prefilled = after.prompt_tokens - before.prompt_tokens;
   r.completion_tokens = completion_tokens / std::max(1.0, completions);
   r.proving_seconds = proofs.proving_seconds();
+  r.adding_seconds = proofs.adding_seconds();
   return r;
 }
 

@@ -33,6 +33,7 @@ struct RolloutBenchResult {
   double completion_tokens = 0;  // mean length of the completions in the kept groups
   int64_t proof_bytes = 0;       // of the kept groups' rollouts
   double proving_seconds = 0;    // thread time spent building proofs
+  double adding_seconds = 0;     // thread time spent taking hidden rows in for them
 };
 
 // The rollout phase with the [rl], [env] and [infer] settings of `config` on `model` (its

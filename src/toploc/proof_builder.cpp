@@ -55,6 +55,16 @@ void ProofBuilder::maybe_submit_last(const std::string& key, Pending& p) {
 }
 
 void ProofBuilder::add(const std::string& key, int64_t token_index, const torch::Tensor& row) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Timer {
+    std::atomic<int64_t>& ns;
+    std::chrono::steady_clock::time_point t0;
+    ~Timer() {
+      ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                 t0)
+                .count();
+    }
+  } timer{adding_ns_, t0};
   std::vector<uint16_t> bits = bf16_bits(row);
   std::lock_guard lock(mu_);
   Pending& p = pending_[key];

@@ -50,7 +50,10 @@ class ProofBuilder {
   void forget(const std::string& key);
 
   size_t held() const;  // completions with rows or proofs held
+  // Thread time so far: proving (the prover thread), and taking rows in (add(), on the engine's
+  // hidden-row thread: the bf16 copy and the bookkeeping).
   double proving_seconds() const { return static_cast<double>(proving_ns_.load()) * 1e-9; }
+  double adding_seconds() const { return static_cast<double>(adding_ns_.load()) * 1e-9; }
 
  private:
   struct Pending {
@@ -69,7 +72,7 @@ class ProofBuilder {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, Pending> pending_;
-  std::atomic<int64_t> proving_ns_{0};
+  std::atomic<int64_t> proving_ns_{0}, adding_ns_{0};
   WorkerPool prover_{1};  // last: its thread stops before the state it writes goes away
 };
 
