@@ -135,11 +135,7 @@ class Worker {
           std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
       engine_ = std::make_unique<engine::Engine>(
           *model_, worker_engine_options(config_, partial_, prompting_->tok.vocab_size()));
-      if (rollout_.proofs) {
-        engine_->set_hidden_sink([this](engine::HiddenRow r) {
-          proofs_.add(toploc::completion_key(r.request_id, r.index), r.token_index, r.row);
-        });
-      }
+      if (rollout_.proofs) rl::feed_proofs(*engine_, proofs_);
       engine_->update_weights([](model::Transformer&) {}, version);
       if (partial_) {
         pool_ = std::make_unique<PartialRolloutPool>(*engine_, *prompting_, *environment_,

@@ -36,9 +36,7 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
   toploc::ProofBuilder proofs;
   if (options.proofs) {
     ro.proofs = &proofs;
-    engine.set_hidden_sink([&](engine::HiddenRow row) {
-      proofs.add(toploc::completion_key(row.request_id, row.index), row.token_index, row.row);
-    });
+    rl::feed_proofs(engine, proofs);
   }
   std::unique_ptr<PartialRolloutPool> pool;
   if (options.partial) {

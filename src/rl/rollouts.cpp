@@ -32,6 +32,12 @@ double training_reward(const RolloutOptions& options, double task_reward, int64_
   return options.length.apply(task_reward, length_target, tokens);
 }
 
+void feed_proofs(engine::Engine& engine, toploc::ProofBuilder& proofs) {
+  engine.set_hidden_sink([&proofs](engine::HiddenRow r) {
+    proofs.add(toploc::completion_key(r.request_id, r.index), r.token_index, r.row);
+  });
+}
+
 std::vector<RolloutGroup> generate_rollouts(engine::Engine& engine,
                                             const model::Prompting& prompting,
                                             const env::Environment& environment,

@@ -56,7 +56,7 @@ struct RolloutOptions {
   // answer that never ended is not an answer, and without this the policy drifts to not stopping.
   bool zero_truncated = false;
   // When set, completions ask the engine for their hidden rows, which the engine's hidden-row
-  // sink must feed to this builder (the worker does), and each rollout carries its TOPLOC proof.
+  // sink must feed to this builder (feed_proofs), and each rollout carries its TOPLOC proof.
   toploc::ProofBuilder* proofs = nullptr;
   // Called after each engine step: (completions scored, completions in all, tokens generated).
   std::function<void(int64_t done, int64_t total, int64_t tokens)> on_progress;
@@ -71,6 +71,10 @@ double training_reward(const RolloutOptions& options, double task_reward, int64_
 // The prompt of a task as token ids (chat template when the model has one).
 std::vector<int32_t> encode_prompt(const model::Prompting& prompting,
                                    const std::vector<env::Message>& messages);
+
+// Makes `engine`'s hidden-row sink feed `proofs`, keyed as the rollout collector takes them
+// (RolloutOptions::proofs). Once per engine; `proofs` must outlive it.
+void feed_proofs(engine::Engine& engine, toploc::ProofBuilder& proofs);
 
 // Runs every task to completion (a RolloutCollector over the whole batch); groups in task order.
 // Aborted completions are not scored and get reward 0.

@@ -1,7 +1,5 @@
 #include "shardcast/assembler.h"
 
-#include <fstream>
-
 #include "common/error.h"
 
 namespace trellis::shardcast {
@@ -36,16 +34,12 @@ void ShardAssembler::shard_ready(size_t i) {
 }
 
 void ShardAssembler::append(size_t i) {
-  std::ifstream in(shard_dir_ / shard_file_name(i), std::ios::binary);
-  if (!in) fail(where_, "shard {} vanished before assembly", i + 1);
-  buf_.resize(1 << 20);
-  while (in.read(buf_.data(), static_cast<std::streamsize>(buf_.size())) || in.gcount() > 0) {
-    const std::string_view piece(buf_.data(), static_cast<size_t>(in.gcount()));
-    whole_.update(piece);
-    file_.write(piece.data(), piece.size());
-    size_ += static_cast<int64_t>(piece.size());
-  }
-  if (in.bad()) fail(where_, "cannot read shard {}", i + 1);
+  const MappedFile shard(shard_dir_ / shard_file_name(i));
+  const std::string_view bytes(reinterpret_cast<const char*>(shard.bytes().data()),
+                               shard.bytes().size());
+  whole_.update(bytes);
+  file_.write(bytes.data(), bytes.size());
+  size_ += static_cast<int64_t>(bytes.size());
 }
 
 void ShardAssembler::finish() {

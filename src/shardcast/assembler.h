@@ -46,7 +46,6 @@ class ShardAssembler {
   AtomicFileWriter file_;
   Sha256Stream whole_;
   int64_t size_ = 0;
-  std::string buf_;
 };
 
 }  // namespace trellis::shardcast

@@ -63,8 +63,10 @@ HttpResult http_get(const std::string& url, const HttpOptions& options,
   CURL* curl = thread_handle();
   const bool ranged = options.range_end > 0;
   Transfer t{ranged ? 206L : 200L, &sink, &options.cancelled, &error_body, curl};
-  const std::string range = fmt::format("{}-{}", options.range_begin, options.range_end - 1);
-  if (ranged) curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
+  if (ranged) {  // libcurl copies the string
+    const std::string range = fmt::format("{}-{}", options.range_begin, options.range_end - 1);
+    curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
+  }
   char message[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);

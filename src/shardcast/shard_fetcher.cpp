@@ -152,6 +152,8 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
   // in; racing whole copies instead would throw away the bytes of every race's loser. A part
   // split again and again shrinks to what its relay can deliver in time.
   const auto split_job = [&](Job& job) {
+    const auto eligible = eligible_relays(-1);
+    const auto listing = std::count(eligible.begin(), eligible.end(), true);
     std::shared_ptr<Part> best;
     size_t best_shard = 0;
     int64_t best_left = 0;
@@ -160,12 +162,11 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       if (sh.state != ShardState::InFlight || !sh.may_split) continue;
       for (const auto& p : sh.parts) {
         if (p->status != Part::Running) continue;
+        const bool another = listing > (eligible[static_cast<size_t>(p->relay)] ? 1 : 0);
         std::lock_guard part_lock(p->mu);
         const int64_t left = p->end - p->pos;
-        const auto others = eligible_relays(p->relay);
-        if (left > best_left &&
-            left >= std::max<int64_t>(2, entry.shards[i].size / kMinSplitFraction) &&
-            std::find(others.begin(), others.end(), true) != others.end()) {
+        if (another && left > best_left &&
+            left >= std::max<int64_t>(2, entry.shards[i].size / kMinSplitFraction)) {
           best = p;
           best_shard = i;
           best_left = left;
@@ -247,8 +248,8 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
   };
 
   // Fetches the job's part. The head writes `out` and `hash`; a split-off part its own bytes.
-  const auto transfer = [&](const Job& job, Part& part, AtomicFileWriter* out, Sha256Stream& hash,
-                            HttpResult& r, std::string& local_error) {
+  const auto transfer = [&](const std::string& url, Part& part, AtomicFileWriter* out,
+                            Sha256Stream& hash, HttpResult& r, std::string& local_error) {
     HttpOptions h = http;
     h.cancelled = [&] { return part.abandon.load() || http.cancelled(); };
     int64_t requested_end = 0;
@@ -261,31 +262,29 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       }
     }
     bool overflow = false;
-    r = http_get(
-        selector.url(static_cast<size_t>(job.relay)) + shard_url_path(entry.version, job.shard), h,
-        [&](std::string_view piece) {
-          std::lock_guard part_lock(part.mu);
-          const auto take = std::min<int64_t>(static_cast<int64_t>(piece.size()),
-                                              std::max<int64_t>(0, part.end - part.pos));
-          if (take < static_cast<int64_t>(piece.size()) && part.end == requested_end) {
-            overflow = true;  // more than the range holds
-            return false;
-          }
-          const std::string_view kept = piece.substr(0, static_cast<size_t>(take));
-          if (out) {
-            hash.update(kept);
-            try {
-              out->write(kept.data(), kept.size());
-            } catch (const Error& e) {
-              local_error = e.what();
-              return false;
-            }
-          } else {
-            part.bytes.append(kept);
-          }
-          part.pos += take;
-          return part.pos < part.end;  // false: the end game took the rest
-        });
+    r = http_get(url, h, [&](std::string_view piece) {
+      std::lock_guard part_lock(part.mu);
+      const auto take = std::min<int64_t>(static_cast<int64_t>(piece.size()),
+                                          std::max<int64_t>(0, part.end - part.pos));
+      if (take < static_cast<int64_t>(piece.size()) && part.end == requested_end) {
+        overflow = true;  // more than the range holds
+        return false;
+      }
+      const std::string_view kept = piece.substr(0, static_cast<size_t>(take));
+      if (out) {
+        hash.update(kept);
+        try {
+          out->write(kept.data(), kept.size());
+        } catch (const Error& e) {
+          local_error = e.what();
+          return false;
+        }
+      } else {
+        part.bytes.append(kept);
+      }
+      part.pos += take;
+      return part.pos < part.end;  // false: the end game took the rest
+    });
     if (!local_error.empty()) return Outcome::LocalError;
     if (part.abandon) return Outcome::Abandoned;
     if (overflow) return Outcome::Corrupt;
@@ -301,19 +300,51 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
     sh.state = ShardState::Pending;
   };
 
-  // Appends the split-off parts to the head's file, checks the whole shard's hash and renames
-  // it into place. Runs on the thread that landed the last part, without the lock: no one else
-  // touches a shard whose parts have all landed.
-  const auto complete_shard = [&](size_t i, std::unique_ptr<AtomicFileWriter> out,
-                                  Sha256Stream hash,
-                                  const std::vector<std::shared_ptr<Part>>& parts) {
-    for (size_t k = 1; k < parts.size(); ++k) {
-      hash.update(parts[k]->bytes);
-      out->write(parts[k]->bytes.data(), parts[k]->bytes.size());
+  // Once every part of shard i has landed: appends the split-off parts to the head's file,
+  // checks the whole shard's hash and renames it into place, then tells the relays' estimates.
+  // The file work runs without the lock (no one else touches a shard whose parts have all
+  // landed). Returns Landed (the shard is done), Corrupt or LocalError.
+  const auto finish_shard = [&](size_t i, std::unique_lock<std::mutex>& lock,
+                                std::string& local_error) {
+    Shard& sh = f.shards[i];
+    const auto parts = sh.parts;
+    auto out = std::move(sh.head_out);
+    Sha256Stream hash = sh.head_hash;
+    lock.unlock();
+    bool verified = false;
+    try {
+      for (size_t k = 1; k < parts.size(); ++k) {
+        hash.update(parts[k]->bytes);
+        out->write(parts[k]->bytes.data(), parts[k]->bytes.size());
+      }
+      verified = hash.hex() == entry.shards[i].sha256;
+      if (verified) out->commit();
+    } catch (const Error& e) {
+      local_error = e.what();
     }
-    if (hash.hex() != entry.shards[i].sha256) return false;
-    out->commit();
-    return true;
+    lock.lock();
+    if (!local_error.empty()) return Outcome::LocalError;
+    if (!verified) {
+      // Wrong bytes. When several relays sent parts, any of them may be at fault: each is
+      // penalised, and the shard is fetched again whole, so that the next check names one.
+      for (const auto& p : parts)
+        selector.record(static_cast<size_t>(p->relay), false, 0, p->seconds);
+      sh.may_split = false;
+      return Outcome::Corrupt;
+    }
+    for (const auto& p : parts)
+      selector.record(static_cast<size_t>(p->relay), true, p->fetched, p->seconds);
+    sh.state = ShardState::Done;
+    sh.parts.clear();
+    ++f.done;
+    ++f.stats.shards_downloaded;
+    f.stats.bytes_downloaded += entry.shards[i].size;
+    if (on_shard) {
+      lock.unlock();
+      on_shard(i);
+      lock.lock();
+    }
+    return Outcome::Landed;
   };
 
   const auto download = [&] {
@@ -332,6 +363,8 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       }
       const Holding held = f.holdings[static_cast<size_t>(job.relay)];
       lock.unlock();
+      const std::string url =
+          selector.url(static_cast<size_t>(job.relay)) + shard_url_path(entry.version, i);
 
       std::unique_ptr<AtomicFileWriter> out;
       Sha256Stream hash;
@@ -340,12 +373,10 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       Outcome outcome = Outcome::LocalError;
       try {
         if (head) out = std::make_unique<AtomicFileWriter>(dir / shard_file_name(i));
-        outcome = transfer(job, part, out.get(), hash, r, local_error);
+        outcome = transfer(url, part, out.get(), hash, r, local_error);
       } catch (const Error& e) {
         local_error = e.what();
       }
-      const std::string url =
-          selector.url(static_cast<size_t>(job.relay)) + shard_url_path(entry.version, i);
 
       lock.lock();
       Shard& sh = f.shards[i];
@@ -361,44 +392,9 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
           sh.head_out = std::move(out);
           sh.head_hash = hash;
         }
-        const bool all = std::all_of(sh.parts.begin(), sh.parts.end(),
-                                     [](const auto& p) { return p->status == Part::Landed; });
-        if (all) {
-          const auto parts = sh.parts;
-          auto head_out = std::move(sh.head_out);
-          const Sha256Stream head_hash = sh.head_hash;
-          lock.unlock();
-          bool verified = false;
-          try {
-            verified = complete_shard(i, std::move(head_out), head_hash, parts);
-          } catch (const Error& e) {
-            local_error = e.what();
-          }
-          lock.lock();
-          if (!local_error.empty()) {
-            outcome = Outcome::LocalError;
-          } else if (verified) {
-            for (const auto& p : parts)
-              selector.record(static_cast<size_t>(p->relay), true, p->fetched, p->seconds);
-            sh.state = ShardState::Done;
-            sh.parts.clear();
-            ++f.done;
-            ++f.stats.shards_downloaded;
-            f.stats.bytes_downloaded += entry.shards[i].size;
-            if (on_shard) {
-              lock.unlock();
-              on_shard(i);
-              lock.lock();
-            }
-          } else {
-            // Wrong bytes. When several relays sent parts, any of them may be at fault: each is
-            // penalised, and the shard is fetched again whole, so that the next check names one.
-            outcome = Outcome::Corrupt;
-            for (const auto& p : parts)
-              selector.record(static_cast<size_t>(p->relay), false, 0, p->seconds);
-            sh.may_split = false;
-          }
-        }
+        if (std::all_of(sh.parts.begin(), sh.parts.end(),
+                        [](const auto& p) { return p->status == Part::Landed; }))
+          outcome = finish_shard(i, lock, local_error);
       } else if (not_yet) {
         // Not a fault of the shard: the relay is still pulling it, or asks us to slow down.
         if (r.status == 429) selector.record(static_cast<size_t>(job.relay), false, 0, r.seconds);

@@ -1,6 +1,5 @@
 #include "toploc/polynomial.h"
 
-#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -13,7 +12,7 @@ constexpr uint64_t kP = kPrime;
 uint64_t sub_mod(uint64_t a, uint64_t b) { return a >= b ? a - b : a + kP - b; }
 
 // Every inverse mod p, from inv[i] = -(p / i) * inv[p mod i]: 256 KiB, built once. Interpolating
-// 128 points takes 8128 inverses, and extended Euclid for each was most of a proof's cost.
+// 128 points takes 8128 inverses; extended Euclid for each was most of a proof's cost.
 const std::vector<uint32_t>& inverses() {
   static const std::vector<uint32_t> table = [] {
     std::vector<uint32_t> inv(kP, 0);
@@ -28,20 +27,8 @@ const std::vector<uint32_t>& inverses() {
 }  // namespace
 
 uint32_t mod_inverse(uint64_t a) {
-  // Invariant: r_i ≡ s_i * a (mod p). Signed 64-bit: |s| stays below p.
-  int64_t old_r = static_cast<int64_t>(a % kP), r = static_cast<int64_t>(kP);
-  int64_t old_s = 1, s = 0;
-  if (old_r == 0) fail("toploc", "{} has no inverse mod {}", a, kPrime);
-  while (r != 0) {
-    const int64_t q = old_r / r;
-    old_r -= q * r;
-    std::swap(old_r, r);
-    old_s -= q * s;
-    std::swap(old_s, s);
-  }
-  // p is prime, so gcd(a, p) = old_r = 1 here.
-  const int64_t inv = old_s % static_cast<int64_t>(kP);
-  return static_cast<uint32_t>(inv < 0 ? inv + static_cast<int64_t>(kP) : inv);
+  if (a % kP == 0) fail("toploc", "{} has no inverse mod {}", a, kPrime);
+  return inverses()[a % kP];
 }
 
 std::vector<uint16_t> interpolate(std::span<const uint32_t> x, std::span<const uint32_t> y) {

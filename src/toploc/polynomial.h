@@ -14,7 +14,7 @@ namespace trellis::toploc {
 
 inline constexpr uint32_t kPrime = 65497;
 
-// a^-1 mod p by the extended Euclidean algorithm. Error unless a mod p != 0.
+// a^-1 mod p, from a table of every inverse built on first use. Error unless a mod p != 0.
 uint32_t mod_inverse(uint64_t a);
 
 // Coefficients c_0..c_{k-1} (ascending degree, each in [0, p)) of the polynomial P of degree < k

@@ -16,6 +16,21 @@ std::vector<uint16_t> bf16_bits(const torch::Tensor& hidden) {
   return out;
 }
 
+namespace {
+
+// Adds the time since its construction to `ns` when it goes out of scope.
+struct ThreadTime {
+  std::atomic<int64_t>& ns;
+  const std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  ~ThreadTime() {
+    ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+  }
+};
+
+}  // namespace
+
 std::string completion_key(const std::string& request_id, int64_t index) {
   return request_id + "#" + std::to_string(index);
 }
@@ -25,16 +40,15 @@ ProofBuilder::ProofBuilder(ProofConfig config) : config_(config) {}
 void ProofBuilder::submit_chunk(const std::string& key, Pending& p) {
   const int64_t chunk = p.submitted++;
   prover_.submit([this, key, chunk, hidden = p.hidden, rows = std::move(p.rows)] {
-    const auto t0 = std::chrono::steady_clock::now();
     std::string proof, broken;
-    try {
-      proof = build_proof(rows, static_cast<size_t>(hidden), config_);
-    } catch (const Error& e) {
-      broken = e.what();
+    {
+      const ThreadTime timer{proving_ns_};
+      try {
+        proof = build_proof(rows, static_cast<size_t>(hidden), config_);
+      } catch (const Error& e) {
+        broken = e.what();
+      }
     }
-    proving_ns_ +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-            .count();
     std::lock_guard lock(mu_);
     const auto it = pending_.find(key);
     if (it == pending_.end()) return;  // forgotten meanwhile
@@ -55,16 +69,7 @@ void ProofBuilder::maybe_submit_last(const std::string& key, Pending& p) {
 }
 
 void ProofBuilder::add(const std::string& key, int64_t token_index, const torch::Tensor& row) {
-  const auto t0 = std::chrono::steady_clock::now();
-  struct Timer {
-    std::atomic<int64_t>& ns;
-    std::chrono::steady_clock::time_point t0;
-    ~Timer() {
-      ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                                 t0)
-                .count();
-    }
-  } timer{adding_ns_, t0};
+  const ThreadTime timer{adding_ns_};
   std::vector<uint16_t> bits = bf16_bits(row);
   std::lock_guard lock(mu_);
   Pending& p = pending_[key];

@@ -7,15 +7,10 @@
 
 #include "common/hashing.h"
 #include "toploc/proof.h"
+#include "toploc/proof_builder.h"
 
 namespace trellis::toploc {
 namespace {
-
-std::vector<uint16_t> bits_of(const torch::Tensor& t) {
-  const torch::Tensor c = t.contiguous();
-  const auto* p = reinterpret_cast<const uint16_t*>(c.data_ptr<c10::BFloat16>());
-  return std::vector<uint16_t>(p, p + c.numel());
-}
 
 TEST(ReferenceVectors, ReadmeExampleReproducesByteForByte) {
   torch::manual_seed(42);
@@ -24,8 +19,8 @@ TEST(ReferenceVectors, ReadmeExampleReproducesByteForByte) {
   for (int i = 0; i < 10; ++i) decode.push_back(torch::randn({16}, torch::kBFloat16));
 
   std::vector<std::string> got;
-  got.push_back(to_hex(encode_chunk_proof(prove_chunk(bits_of(prefill), 4))));
-  const std::vector<uint16_t> rows = bits_of(torch::stack(decode));
+  got.push_back(to_hex(encode_chunk_proof(prove_chunk(bf16_bits(prefill), 4))));
+  const std::vector<uint16_t> rows = bf16_bits(torch::stack(decode));
   const std::string proof = build_proof(rows, 16, {4, 3});
   for (size_t c = 0; c * 10 < proof.size(); ++c) got.push_back(to_hex(proof.substr(c * 10, 10)));
 
