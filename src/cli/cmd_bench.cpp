@@ -1,5 +1,8 @@
-// `trellis bench train | generate | rollouts | verify`: training throughput and MFU, rollout engine
-// speed, the rollout phase of plain vs C3PO++ workers, and verifier throughput on this machine.
+// `trellis bench train | generate | rollouts | verify | validate`: training throughput and MFU,
+// rollout engine speed, the rollout phase of plain vs C3PO++ workers, verifier throughput, and the
+// validator's calibration and speed against generation on this machine.
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -11,6 +14,7 @@
 #include "model/checkpoint.h"
 #include "pipeline/rollout_bench.h"
 #include "rl/train_bench.h"
+#include "validator/calibration.h"
 
 namespace trellis::cli {
 namespace {
@@ -196,6 +200,163 @@ void run_bench_verify(const BenchVerifyFlags& f) {
   }
 }
 
+struct BenchValidateFlags {
+  std::string model;
+  std::vector<std::string> configs;  // positional, before --config files
+  EnvFlags env;
+  std::string dtype = "auto";  // the validator's
+  validator::CalibrationOptions options;
+};
+
+std::string fmt_stat(double x, int decimals) {
+  return std::isfinite(x) ? fmt::format("{:.{}f}", x, decimals) : "inf";
+}
+
+// "32/32", or "30/32 termination 2".
+std::string fmt_pass(const validator::CheckSummary& c) {
+  std::string s = fmt::format("{}/{}", c.passed, c.completions);
+  for (const auto& [check, n] : c.failed) s += fmt::format(" {} {}", check, n);
+  return s;
+}
+
+// Whether every completion of `c` passes the TOPLOC and sampling thresholds `t`: a completion is
+// rejected when any of its chunks exceeds one of them, so the worst chunk decides (and, with no
+// sampling misses allowed, the farthest u).
+bool passes(const validator::CheckSummary& c, const validator::SuggestedThresholds& t) {
+  return c.worst.exp_mismatches <= t.toploc.exp_mismatches &&
+         c.worst.mant_err_mean <= t.toploc.mant_err_mean &&
+         c.worst.mant_err_median <= t.toploc.mant_err_median &&
+         c.max_sampling_distance <= t.sampling_tolerance &&
+         c.max_logprob_error <= t.max_logprob_error;
+}
+
+// One row per setting (per dishonest weights when `weights`): the worst statistics, pass counts,
+// and the speed of generation against validation on the same threads.
+void print_rows(const char* title, const std::vector<validator::CalibrationRow>& rows,
+                const validator::SuggestedThresholds& suggested, bool weights = false) {
+  std::printf("\n%s\n", title);
+  std::printf("%-22s %-5s %5s %6s %4s %6s %6s %9s %8s %7s %-22s %9s %9s %9s %9s %7s %7s %6s\n",
+              weights ? "weights" : "worker", "valid", "compl", "tokens", "exp", "mean", "median",
+              "samp.dist", "lp.err", "p(stop)", "pass (current)", "suggested", "gen tok/s",
+              "val tok/s", "pre tok/s", "val/gen", "preempt", "proof");
+  for (const auto& r : rows) {
+    const auto& c = r.check;
+    const double gen = static_cast<double>(r.generated_tokens) / r.generation_seconds;
+    const double val = static_cast<double>(c.tokens) / c.seconds;
+    const double pre = static_cast<double>(c.tokens) / c.prefill_seconds;
+    std::printf(
+        "%-22s %-5s %5lld %6lld %4u %6s %6s %9.2g %8.4f %7s %-22s %9s %9.0f %9.0f %9.0f %6.1fx "
+        "%7lld %4.1fus\n",
+        weights ? r.validator.c_str() : r.worker.describe().c_str(),
+        r.validator_dtype == torch::kBFloat16 ? "bf16" : "fp32",
+        static_cast<long long>(c.completions), static_cast<long long>(c.tokens),
+        c.worst.exp_mismatches, fmt_stat(c.worst.mant_err_mean, 2).c_str(),
+        fmt_stat(c.worst.mant_err_median, 0).c_str(), c.max_sampling_distance, c.max_logprob_error,
+        c.min_stop_prob < 0 ? "-" : fmt::format("{:.3f}", c.min_stop_prob).c_str(),
+        fmt_pass(c).c_str(), passes(c, suggested) ? "pass" : "FAIL", gen, val, pre, val / gen,
+        static_cast<long long>(r.preemptions),
+        1e6 * r.proof_seconds / static_cast<double>(std::max<int64_t>(1, r.generated_tokens)));
+    if (c.passed < c.completions) std::printf("    first objection: %s\n", c.first_reason.c_str());
+  }
+}
+
+void print_maxima(const char* what, const validator::HonestMaxima& m) {
+  std::printf(
+      "%s: exponent mismatches %u, mantissa error mean %s, median %s; sampling distance %.3g, "
+      "misses %lld; log-prob error %.4f; smallest p(stop) %s\n",
+      what, m.worst.exp_mismatches, fmt_stat(m.worst.mant_err_mean, 2).c_str(),
+      fmt_stat(m.worst.mant_err_median, 0).c_str(), m.max_sampling_distance,
+      static_cast<long long>(m.max_sampling_misses), m.max_logprob_error,
+      m.min_stop_prob < 0 ? "-" : fmt::format("{:.3f}", m.min_stop_prob).c_str());
+}
+
+void run_bench_validate(BenchValidateFlags f) {
+  f.env.config_files.insert(f.env.config_files.begin(), f.configs.begin(), f.configs.end());
+  const Config config = f.env.config();
+  const auto validator_compute = model::resolve_compute("cpu", f.dtype);
+  auto o = f.options;
+  o.validator_dtype = validator_compute.dtype;
+  o.dtypes = {torch::kFloat32};
+  if (model::cpu_has_native_bf16()) o.dtypes.insert(o.dtypes.begin(), torch::kBFloat16);
+  o.settings = validator::calibration_matrix(o.dtypes);
+  const auto rules = validator::Rules::from_config(config, 0);
+  const auto& t = rules.thresholds;
+  std::printf(
+      "bench validate: %s, env %s, G %lld, max_tokens %lld, temperature %g; %lld completions per "
+      "setting; validator cpu/%s\n",
+      f.model.c_str(), config.get<std::string>("env.name").c_str(),
+      static_cast<long long>(rules.rollout.group_size),
+      static_cast<long long>(rules.rollout.max_tokens), rules.rollout.sampling.temperature,
+      static_cast<long long>(o.completions), validator_compute.bf16() ? "bf16" : "fp32");
+  std::printf(
+      "current thresholds: toploc %u / %g / %g, sampling tolerance %g, misses %lld, log-prob "
+      "error %g, p(stop) > %g\n",
+      t.exp_mismatches, t.mant_err_mean, t.mant_err_median, rules.sampling_tolerance,
+      static_cast<long long>(rules.max_sampling_misses), rules.max_logprob_error,
+      rules.eos_min_prob);
+  const double t0 =
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const auto report = validator::calibrate(f.model, config, o, [](const std::string& what) {
+    std::fprintf(stderr, "\r  %-60s", what.c_str());
+    std::fflush(stderr);
+  });
+  std::fprintf(stderr, "\r%70s\r", "");
+
+  // The rule (docs/validation.md#calibration): twice the honest maxima plus a little, never
+  // below the TOPLOC paper's strict thresholds, which were measured across GPUs.
+  validator::SuggestedThresholds floor;
+  floor.toploc = toploc::Thresholds::strict();
+  const auto suggested = validator::suggest_thresholds(report.maxima, floor);
+  std::printf(
+      "columns: worst chunk over all completions (exp = exponent mismatches, mantissa error mean "
+      "and median), largest sampling distance and mean log-prob error of a completion, smallest "
+      "p(stop); pass under the current thresholds, and under the suggested ones (toploc and "
+      "sampling); tokens/s of generation (generate_rollouts with proofs), of validation "
+      "(check_sample: prefill and checks) and of its prefills alone, same threads; the proof "
+      "threads' time per generated token\n");
+  print_rows("Honest workers, validator in the worker's dtype:", report.honest, suggested);
+  print_rows("Honest workers, validator in the other dtype:", report.cross, suggested);
+  if (!report.dishonest.empty()) {
+    print_rows(("Dishonest weights: the completions of " + report.dishonest[0].worker.describe() +
+                " checked against other weights:")
+                   .c_str(),
+               report.dishonest, suggested, /*weights=*/true);
+  }
+  std::printf("\n");
+  print_maxima("honest maxima, same dtype", report.maxima);
+  if (!report.cross.empty()) print_maxima("honest maxima, other dtype", report.cross_maxima);
+  std::printf(
+      "suggested (2x + 2 mismatches, 2x + 1 mantissa errors, 2x sampling distance and log-prob "
+      "error rounded up to 1-2-5, at least strict 38 / 10 / 8): toploc %u / %g / %g, sampling "
+      "tolerance %g, misses %lld, log-prob error %g\n",
+      suggested.toploc.exp_mismatches, suggested.toploc.mant_err_mean,
+      suggested.toploc.mant_err_median, suggested.sampling_tolerance,
+      static_cast<long long>(suggested.max_sampling_misses), suggested.max_logprob_error);
+  for (const auto& r : report.dishonest) {
+    const auto& l = r.check.least;
+    std::printf(
+        "dishonest %-14s closest completion: %u mismatches (%.1fx the suggested), mean %s, median "
+        "%s; log-prob error >= %.4f; %lld/%lld rejected under the current thresholds\n",
+        r.validator.c_str(), l.exp_mismatches,
+        static_cast<double>(l.exp_mismatches) / suggested.toploc.exp_mismatches,
+        fmt_stat(l.mant_err_mean, 2).c_str(), fmt_stat(l.mant_err_median, 0).c_str(),
+        r.check.min_logprob_error, static_cast<long long>(r.check.completions - r.check.passed),
+        static_cast<long long>(r.check.completions));
+  }
+  double lo = INFINITY, hi = 0;
+  for (const auto& r : report.honest) {
+    const double ratio = (static_cast<double>(r.check.tokens) / r.check.seconds) /
+                         (static_cast<double>(r.generated_tokens) / r.generation_seconds);
+    lo = std::min(lo, ratio);
+    hi = std::max(hi, ratio);
+  }
+  std::printf(
+      "validation vs generation (same dtype, same threads): %.1fx .. %.1fx; %.0f s in all\n", lo,
+      hi,
+      std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
+          t0);
+}
+
 }  // namespace
 
 void add_bench_commands(CLI::App& app) {
@@ -275,6 +436,31 @@ void add_bench_commands(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   verify->callback([] { run_bench_verify(v); });
   gen->callback([] { run_bench_generate(g); });
+
+  static BenchValidateFlags va;
+  auto* validate = bench->add_subcommand(
+      "validate",
+      "Calibration: honest rollouts across batch sizes, threads, KV-cache layouts and dtypes "
+      "checked by the validator (and dishonest weights); validation vs generation tokens/s");
+  validate->add_option("--model", va.model, "Hugging Face model directory")->required();
+  validate->add_option("config", va.configs, "TOML config files (before any --config)")
+      ->check(CLI::ExistingFile);
+  add_env_flags(validate, va.env, /*env_required=*/false);
+  validate
+      ->add_option("--completions", va.options.completions,
+                   "honest completions per worker setting (at least its batch)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  validate->add_option("--dtype", va.dtype, "the validator's compute dtype: auto | bf16 | fp32")
+      ->capture_default_str();
+  validate
+      ->add_option("--noise", va.options.noise,
+                   "dishonest weights: relative Gaussian noise (and a tenth of it)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10.0));
+  validate->add_option("--seed", va.options.seed, "seed of the noise and of the other weights")
+      ->capture_default_str();
+  validate->callback([] { run_bench_validate(va); });
 }
 
 }  // namespace trellis::cli

@@ -11,6 +11,7 @@ name = "trellis"        # run name; the run directory is runs/<name>-<UTC timest
 dir = ""                # explicit run directory (overrides the default above)
 seed = 0                # master seed for initialisation and sampling
 workers = 2             # `trellis run`: inference workers to start
+validators = 1          # `trellis run`: validators to start (with orchestrator.validation)
 
 [compute]
 device = "cpu"          # cpu | cuda
@@ -82,10 +83,14 @@ behaviour_temperature = 0.0  # experiments only: the engine samples at this temp
 host = "127.0.0.1"      # address to listen on
 port = 8400             # 0 = any free port (written to <data_dir>/orchestrator.url once listening)
 url = ""                # where the trainer and workers reach it; "" = http://<host>:<port>
-data_dir = ""           # orchestrator.sqlite and rollouts/; "" = the run directory
+data_dir = ""           # orchestrator.sqlite, rollouts/, validating/, rejected/; "" = the run directory
 url_ttl_s = 600         # lifetime of a signed upload URL, seconds
 max_upload_mib = 256    # larger uploads are refused
-trainer_token = ""      # bearer token to publish versions, evict nodes, list nodes; "" = none
+trainer_token = ""      # bearer token to publish versions, evict nodes, list nodes and submissions; "" = none
+validation = true       # uploads that pass the orchestrator's checks wait for a validator's verdict (`trellis validate`); false = accepted at once (no validators)
+validator_token = ""    # bearer token validators send to claim, download and decide; "" = open
+validation_lease_s = 120  # a claimed submission goes back to the queue when no verdict comes within this
+evict_on_reject = true  # a node whose submission a validator rejects is evicted
 
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key
@@ -100,6 +105,22 @@ max_retention = 0       # σ: purge completions spanning more policy versions; 0
 
 [toploc]                # TOPLOC proofs of inference (specs/toploc.md)
 proofs = true           # workers: commit to every completion's hidden states while decoding
+
+[validator]             # `trellis validate`: a trusted validator (specs/toploc.md, docs/validation.md)
+name = "validator"      # in logs; also its key file and policy folder
+key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key
+poll_s = 0.5            # seconds between polls of the orchestrator's queue while it is empty
+sample_fraction = 0.25  # completions of each file checked by prefill (TOPLOC, sampling, termination)
+min_samples = 4         # ... at least this many (every completion of a smaller file)
+toploc_exp_mismatches = 38  # a proof chunk fails above this many exponent mismatches (of k = 128)
+toploc_mant_err_mean = 10.0  # ... or above this mean mantissa error
+toploc_mant_err_median = 8.0  # ... or above this median mantissa error
+sampling_tolerance = 0.02  # a token's u may lie this far outside its interval (numerical noise)
+max_sampling_misses = 0  # tokens per completion allowed beyond that tolerance
+max_logprob_error = 0.05  # mean |behaviour log-prob - the policy's| per completion token
+eos_min_prob = 0.0      # > 0: a completion may end on a stop token only where its probability is above
+                        # this (spec: 0.1); 0 = off: verifiable sampling already checks the stop token
+                        # exactly, and a floor rejects honest samples of an unlikely stop (docs/validation.md)
 
 [shardcast]             # checkpoint broadcast: trainer (origin) -> relays -> workers (specs/shardcast.md)
 relays = 1              # `trellis run`: relays to start; 0 = workers fetch from the trainer's origin

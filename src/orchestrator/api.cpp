@@ -20,6 +20,7 @@
 #include "orchestrator/signed_url.h"
 #include "orchestrator/state.h"
 #include "orchestrator/step_counter.h"
+#include "orchestrator/step_files.h"
 #include "rollout/rollout_file.h"
 #include "rollout/signing.h"
 #include "rollout/store.h"
@@ -80,6 +81,17 @@ int64_t integer_field(const Json& body, const char* key, int64_t lo, int64_t hi,
   return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
 }
 
+bool bool_field(const Json& body, const char* key, const std::string& where) {
+  if (!body.contains(key))
+    refuse(400, "malformed_request", fmt::format("missing field '{}' ({})", key, where));
+  const Json& v = body.at(key);
+  if (!v.is_boolean()) {
+    refuse(400, "malformed_request",
+           fmt::format("field '{}' must be true or false, got {} ({})", key, v.type_name(), where));
+  }
+  return v.get<bool>();
+}
+
 std::string string_field(const Json& body, const char* key, const std::string& where) {
   if (!body.contains(key))
     refuse(400, "malformed_request", fmt::format("missing field '{}' ({})", key, where));
@@ -124,10 +136,6 @@ bool is_signature_hex(const std::string& s) {
          });
 }
 
-std::string eviction_message(const Node& n) {
-  return fmt::format("node {} was evicted: {}", n.address, n.evicted_reason);
-}
-
 Json node_json(const Node& n) {
   return {{"address", n.address},
           {"ip", n.ip},
@@ -136,10 +144,58 @@ Json node_json(const Node& n) {
           {"signed_at", n.signed_at},
           {"evicted", n.evicted},
           {"evicted_reason", n.evicted_reason},
-          {"evicted_at", n.evicted_at}};
+          {"evicted_at", n.evicted_at},
+          {"rejections", n.rejections},
+          {"last_rejection", n.last_rejection}};
 }
 
-constexpr size_t kMaxReasonBytes = 1000;
+std::string file_name(const SubmissionKey& key) {
+  return rollout::stored_file_name(key.node_address, key.submission, "");
+}
+
+std::string describe(const SubmissionKey& key) {
+  return fmt::format("step {} submission {} of node {}", key.step, key.submission,
+                     key.node_address);
+}
+
+// The path of GET /validation/files for `key`.
+std::string validation_file_path(const SubmissionKey& key) {
+  return fmt::format("/validation/files/step_{}/{}", key.step, file_name(key));
+}
+
+Json submission_json(const Submission& s) {
+  return {{"id", s.id},
+          {"step", s.key.step},
+          {"node_address", s.key.node_address},
+          {"submission", s.key.submission},
+          {"status", s.status},
+          {"reason", s.reason},
+          {"sha256", s.sha256},
+          {"size", s.size},
+          {"samples", s.counts.samples},
+          {"signal_samples", s.counts.signal_samples},
+          {"created_at", s.created_at},
+          {"uploaded_at", s.uploaded_at},
+          {"decided_at", s.decided_at},
+          {"validator", s.validator},
+          {"claimed_by", s.claimed_by},
+          {"lease_expires", s.lease_expires}};
+}
+
+constexpr size_t kMaxReasonBytes = 1000;         // of an eviction's reason
+constexpr size_t kMaxVerdictReasonBytes = 4000;  // of a validator's reason to reject
+constexpr size_t kMaxValidatorNameBytes = 100;
+
+// The `validator` field of a validation request: the validator's name, for logs and records.
+std::string validator_field(const Json& body, const std::string& where) {
+  std::string v = string_field(body, "validator", where);
+  if (v.empty() || v.size() > kMaxValidatorNameBytes) {
+    refuse(400, "malformed_request",
+           fmt::format("field 'validator' must name the validator in 1 to {} bytes ({})",
+                       kMaxValidatorNameBytes, where));
+  }
+  return v;
+}
 
 }  // namespace
 
@@ -166,6 +222,10 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.url_ttl_s = config.get_at_least<int64_t>("orchestrator.url_ttl_s", 1);
   o.max_upload_bytes = config.get_at_least<int64_t>("orchestrator.max_upload_mib", 1) << 20;
   o.trainer_token = config.get<std::string>("orchestrator.trainer_token");
+  o.validation = config.get<bool>("orchestrator.validation");
+  o.validator_token = config.get<std::string>("orchestrator.validator_token");
+  o.validation_lease_s = config.get_at_least<int64_t>("orchestrator.validation_lease_s", 1);
+  o.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
   return o;
 }
 
@@ -173,13 +233,15 @@ struct Server::Impl {
   ApiOptions opt;
   State state;
   UrlSigner signer;
-  rollout::RolloutStore store;
+  rollout::RolloutStore store;  // accepted files
+  StepFiles validating;         // files waiting for a validator's verdict
+  StepFiles rejected;           // files validators rejected, kept for operators
   httplib::Server svr;
   std::thread thread;
   int port = -1;
   std::string url;
 
-  std::mutex decide_mu;  // one decision (accept or reject) at a time
+  std::mutex decide_mu;  // one decision (accept, reject, validating, evict) at a time
   std::mutex metrics_mu;
   std::map<std::string, int64_t> refused;  // by reason code, since start
 
@@ -187,8 +249,42 @@ struct Server::Impl {
       : opt(std::move(o)),
         state(opt.data_dir / "orchestrator.sqlite", opt.run_id),
         signer(state.url_secret()),
-        store(opt.data_dir) {
+        store(opt.data_dir),
+        validating(opt.data_dir / "validating"),
+        rejected(opt.data_dir / "rejected") {
+    recover();
     routes();
+  }
+
+  // Puts files back in step with their rows after a crash between a file move and its commit:
+  // a validating row whose file already moved into the store (an accept that did not commit)
+  // gets it back; a file under validating/ whose row is no longer validating (a reject or an
+  // eviction committed before its file moved, an upload that never committed) goes where its
+  // row says, or away.
+  void recover() {
+    for (const Submission& s : state.submissions("validating")) {
+      const std::string name = file_name(s.key);
+      if (validating.contains(s.key.step, name)) continue;
+      if (store.contains(s.key.step, name)) {
+        validating.move_from(store.path(s.key.step, name), s.key.step, name);
+      } else {
+        log::error("orchestrator: the file of validating {} is missing from {}", describe(s.key),
+                   validating.root().string());
+      }
+    }
+    for (const auto& [step, name] : validating.list()) {
+      const rollout::StoredName parsed = rollout::parse_stored_file_name(name, "");
+      const auto row = state.latest({step, parsed.node_address, parsed.submission});
+      const std::string status = row ? row->status : "";
+      if (status == "validating") continue;
+      if (status == "rejected") {
+        validating.move_to(step, name, rejected.path(step, name));
+      } else if (status == "accepted" && !store.contains(step, name)) {
+        validating.move_to(step, name, store.path(step, name));
+      } else {
+        validating.remove(step, name);
+      }
+    }
   }
 
   // ---- routes ------------------------------------------------------------------------------
@@ -243,6 +339,12 @@ struct Server::Impl {
             guarded([this](const auto& req, auto& res) { accepted(req, res); }));
     svr.Get(R"(/rollouts/([^/]+)/([^/]+))",
             guarded([this](const auto& req, auto& res) { download(req, res); }));
+    svr.Get("/submissions", guarded([this](const auto& req, auto& res) { list(req, res); }));
+    svr.Post("/validation/claim", guarded([this](const auto& req, auto& res) { claim(req, res); }));
+    svr.Get(R"(/validation/files/([^/]+)/([^/]+))",
+            guarded([this](const auto& req, auto& res) { validation_file(req, res); }));
+    svr.Post("/validation/verdict",
+             guarded([this](const auto& req, auto& res) { verdict(req, res); }));
     svr.Post("/trainer/version",
              guarded([this](const auto& req, auto& res) { trainer_version(req, res); }));
     svr.Post("/nodes", guarded([this](const auto& req, auto& res) { register_node(req, res); }));
@@ -304,6 +406,7 @@ struct Server::Impl {
             {"batch_size", opt.batch_size},
             {"group_size", opt.group_size},
             {"pending", counts.at("pending")},
+            {"validating", counts.at("validating")},
             {"accepted", counts.at("accepted")},
             {"rejected", counts.at("rejected")},
             {"rollout_tokens_per_s", tokens_per_s()},
@@ -412,7 +515,61 @@ struct Server::Impl {
     res.set_content(std::move(bytes), "application/vnd.apache.parquet");
   }
 
+  // GET /submissions?status=&step=: every submission with its status and reason, for operators
+  // (why was something rejected?); the trainer's token like GET /nodes.
+  void list(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "GET /submissions";
+    require_trainer(req, where);
+    const std::string status = req.get_param_value("status");
+    if (!status.empty() && status != "pending" && status != "validating" && status != "accepted" &&
+        status != "rejected") {
+      refuse(400, "malformed_request",
+             fmt::format("query parameter 'status' must be pending, validating, accepted or "
+                         "rejected, got '{}' ({})",
+                         status.substr(0, 100), where));
+    }
+    std::optional<int64_t> step;
+    if (req.has_param("step")) {
+      step = parse_index(req.get_param_value("step"));
+      if (!step) {
+        refuse(400, "malformed_request",
+               fmt::format("query parameter 'step' must be a step number, got '{}' ({})",
+                           req.get_param_value("step").substr(0, 100), where));
+      }
+    }
+    Json out = Json::array();
+    for (const Submission& s : state.submissions(status, step)) out.push_back(submission_json(s));
+    reply_json(res, {{"submissions", out}});
+  }
+
+  // GET /validation/files/step_<s>/<name>: what a validator checks.
+  void validation_file(const httplib::Request& req, httplib::Response& res) {
+    require_validator(req, "GET /validation/files");
+    const auto [key, name] = file_of(req);
+    if (!state.is_validating(key)) {
+      refuse(404, "not_found",
+             fmt::format("{} of step {} is not waiting for a validator's verdict", name, key.step));
+    }
+    std::string bytes;
+    try {
+      bytes = validating.read(key.step, name);
+    } catch (const Error& e) {
+      refuse(404, "not_found", fmt::format("the validating file is missing: {}", e.what()));
+    }
+    res.set_content(std::move(bytes), "application/vnd.apache.parquet");
+  }
+
   // ---- writing ----------------------------------------------------------------------------
+
+  // 401 unless the request carries the validators' bearer token (when one is configured).
+  void require_validator(const httplib::Request& req, const std::string& what) {
+    if (!opt.validator_token.empty() &&
+        req.get_header_value("Authorization") != "Bearer " + opt.validator_token) {
+      refuse(401, "unauthorized",
+             fmt::format("{} needs the validators' bearer token (orchestrator.validator_token)",
+                         what));
+    }
+  }
 
   // 401 unless the request carries the trainer's bearer token (when one is configured).
   void require_trainer(const httplib::Request& req, const std::string& what) {
@@ -502,14 +659,35 @@ struct Server::Impl {
              fmt::format("field 'reason' is longer than {} bytes ({})", kMaxReasonBytes, where));
     }
     if (reason.empty()) reason = "no reason given";
-    Node n;
+    Eviction e;
     {
       std::lock_guard lock(decide_mu);  // no upload of the node is accepted after this answer
-      n = state.evict(address, reason, now_s());
+      e = state.evict(address, reason, now_s());
+      drop_files(e.rejected);
     }
-    log::warn("orchestrator: node {} ({}) evicted: {}", address, n.ip.empty() ? "no IP" : n.ip,
-              n.evicted_reason);
-    reply_json(res, node_json(n));
+    log_eviction(e);
+    reply_json(res, node_json(e.node));
+  }
+
+  void log_eviction(const Eviction& e) {
+    log::warn("orchestrator: node {} ({}) evicted: {}", e.node.address,
+              e.node.ip.empty() ? "no IP" : e.node.ip, e.node.evicted_reason);
+    for (const SubmissionKey& key : e.rejected) {
+      log::warn("orchestrator: rejected {} while it was being validated: {}", describe(key),
+                eviction_message(e.node));
+    }
+  }
+
+  // Removes the validating files of submissions an eviction rejected. The decision is committed
+  // already, so a failure is logged, not answered (the next start removes what is left).
+  void drop_files(const std::vector<SubmissionKey>& keys) {
+    for (const SubmissionKey& key : keys) {
+      try {
+        validating.remove(key.step, file_name(key));
+      } catch (const Error& e) {
+        log::error("orchestrator: {}", e.what());
+      }
+    }
   }
 
   // 403 when `address` is an evicted node.
@@ -569,8 +747,10 @@ struct Server::Impl {
                  "are open (the step counter is at {})",
                  what, version, opt.async_level, version + opt.async_level, counter));
     }
-    if (!state.request(key, sha, size, now_s())) {
-      refuse(409, "duplicate", fmt::format("{} is already accepted", what));
+    const std::string open = state.request(key, sha, size, now_s());
+    if (open == "accepted") refuse(409, "duplicate", fmt::format("{} is already accepted", what));
+    if (open == "validating") {
+      refuse(409, "in_validation", fmt::format("{} is being validated", what));
     }
     const int64_t expires = static_cast<int64_t>(now_s()) + opt.url_ttl_s;
     const std::string path =
@@ -597,7 +777,7 @@ struct Server::Impl {
   std::optional<std::pair<std::string, std::string>> check_file(const SubmissionKey& key,
                                                                 const rollout::RolloutFile& file,
                                                                 const std::string& where) {
-    if (file.rows.empty()) return {{"empty_file", "the file has no rows"}};
+    if (file.rows.empty()) return {{"empty_file", "schema: the file has no rows"}};
     const int64_t newest = state.policy_version();
     const int64_t oldest = key.step - opt.async_level;
     for (size_t i = 0; i < file.rows.size(); ++i) {
@@ -605,7 +785,7 @@ struct Server::Impl {
       const auto wrong = [&](const char* column, const std::string& got, const std::string& want) {
         return std::make_pair(
             std::string("wrong_rows"),
-            fmt::format("row {}: {} is '{}', expected '{}'", i, column, got, want));
+            fmt::format("step binding: row {}: {} is '{}', expected '{}'", i, column, got, want));
       };
       if (r.run_id != state.run_id()) return wrong("run_id", r.run_id, state.run_id());
       if (r.node_address != key.node_address)
@@ -618,8 +798,9 @@ struct Server::Impl {
       for (int32_t v : r.token_versions) {
         if (v < oldest || v > newest) {
           return {{"version_window",
-                   fmt::format("row {}: a token was sampled by policy version {}, outside [{}, {}] "
-                               "(step {} - async_level {}, newest published version)",
+                   fmt::format("version window: row {}: a token was sampled by policy version {}, "
+                               "outside [{}, {}] (step {} - async_level {}, newest published "
+                               "version)",
                                i, v, oldest, newest, key.step, opt.async_level)}};
         }
       }
@@ -627,16 +808,9 @@ struct Server::Impl {
     try {
       rollout::verify_file_signature(file, key.node_address, where);
     } catch (const Error& e) {
-      return {{"bad_signature", e.what()}};
+      return {{"bad_signature", fmt::format("signature: {}", e.what())}};
     }
     return std::nullopt;
-  }
-
-  // Where validators' verdicts will plug in: the file passed the schema, signature and window
-  // checks; a validator may still reject it (or leave it pending until it has decided).
-  std::optional<std::pair<std::string, std::string>> verdict(const SubmissionKey&,
-                                                             const rollout::RolloutFile&) {
-    return std::nullopt;  // no validators yet: accept
   }
 
   void upload(const httplib::Request& req, httplib::Response& res) {
@@ -649,12 +823,13 @@ struct Server::Impl {
              describe(url_check));
     }
     refuse_evicted(key.node_address);  // a URL handed out before the eviction is void
-    const std::string what =
-        fmt::format("step {} submission {} of node {}", key.step, key.submission, key.node_address);
+    const std::string what = describe(key);
     const auto latest = state.latest(key);
     if (!latest || latest->status != "pending") {
       if (latest && latest->status == "accepted")
         refuse(409, "duplicate", what + " is already accepted");
+      if (latest && latest->status == "validating")
+        refuse(409, "in_validation", what + " is being validated");
       refuse(
           409, "not_pending",
           fmt::format("{} has no pending request (ask for a new upload URL with POST /submissions)",
@@ -664,39 +839,201 @@ struct Server::Impl {
     const std::string& bytes = req.body;
     if (static_cast<int64_t>(bytes.size()) != latest->size) {
       reject(key, "size_mismatch",
-             fmt::format("the upload has {} bytes, {} were declared", bytes.size(), latest->size));
+             fmt::format("upload: the upload has {} bytes, {} were declared", bytes.size(),
+                         latest->size));
     }
     if (sha256_hex(bytes) != latest->sha256) {
-      reject(key, "sha256_mismatch", "the upload's SHA-256 differs from the one declared");
+      reject(key, "sha256_mismatch", "upload: the upload's SHA-256 differs from the one declared");
     }
     rollout::RolloutFile file;
     try {
       file = rollout::decode_rollout_file(bytes, where);
     } catch (const Error& e) {
-      reject(key, "bad_file", fmt::format("not a valid rollout file: {}", e.what()));
+      reject(key, "bad_file", fmt::format("schema: not a valid rollout file: {}", e.what()));
     }
     if (auto bad = check_file(key, file, where)) reject(key, bad->first, bad->second);
-    if (auto bad = verdict(key, file)) reject(key, bad->first, bad->second);
 
+    // The orchestrator's checks passed: with validators the file waits for a verdict, without
+    // them it is accepted now.
     const FileCounts counts = count_file(file.rows);
+    const StepFiles* waiting = opt.validation ? &validating : nullptr;
     {
       std::lock_guard lock(decide_mu);
       if (state.is_accepted(key)) refuse(409, "duplicate", what + " is already accepted");
+      if (state.is_validating(key)) refuse(409, "in_validation", what + " is being validated");
       refuse_evicted(key.node_address);  // evicted while the file was being checked
-      store.write(key.step, name, bytes);
-      if (!state.accept(key, counts, now_s())) {
-        store.remove(key.step, name);
+      if (waiting) {
+        waiting->write(key.step, name, bytes);
+      } else {
+        store.write(key.step, name, bytes);
+      }
+      const double now = now_s();
+      if (!(waiting ? state.start_validation(key, counts, now) : state.accept(key, counts, now))) {
+        if (waiting) {
+          waiting->remove(key.step, name);
+        } else {
+          store.remove(key.step, name);
+        }
         refuse(409, "not_pending", what + " was decided by another upload meanwhile");
       }
     }
+    if (waiting) {
+      log::info(
+          "orchestrator: {} passed the checks: {} samples, {} with signal; waiting for a "
+          "validator",
+          what, counts.samples, counts.signal_samples);
+    } else {
+      log::info(
+          "orchestrator: accepted step {} submission {} of node {}: {} samples, {} with signal; "
+          "step counter {}",
+          key.step, key.submission, key.node_address, counts.samples, counts.signal_samples,
+          step_counter_now());
+    }
+    reply_json(res,
+               {{"status", waiting ? "validating" : "accepted"},
+                {"samples", counts.samples},
+                {"signal_samples", counts.signal_samples}},
+               waiting ? 202 : 200);
+  }
+
+  // ---- validators -------------------------------------------------------------------------
+
+  // POST /validation/claim: the oldest upload waiting for a verdict that no other validator
+  // holds, leased to this one for validation_lease_s.
+  void claim(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /validation/claim";
+    require_validator(req, where);
+    const std::string validator = validator_field(parse_body(req, where), where);
+    const auto s = state.claim(validator, static_cast<double>(opt.validation_lease_s), now_s());
+    Json submission = nullptr;
+    if (s) {
+      submission = {{"step", s->key.step},
+                    {"node_address", s->key.node_address},
+                    {"submission", s->key.submission},
+                    {"sha256", s->sha256},
+                    {"size", s->size},
+                    {"samples", s->counts.samples},
+                    {"signal_samples", s->counts.signal_samples},
+                    {"uploaded_at", s->uploaded_at},
+                    {"file", validation_file_path(s->key)},
+                    {"lease_expires", s->lease_expires}};
+      log::info("orchestrator: validator {} claimed {} for {} s", validator, describe(s->key),
+                opt.validation_lease_s);
+    }
+    reply_json(res, {{"submission", submission},
+                     {"policy_version", state.policy_version()},
+                     {"async_level", opt.async_level}});
+  }
+
+  // POST /validation/verdict: a validator accepts a validating submission (its file moves into
+  // the rollout store and the trainer may use it) or rejects it (its file moves to rejected/,
+  // the node is counted and, with evict_on_reject, evicted). The first verdict wins; a lease is
+  // not required, validators being trusted.
+  void verdict(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /validation/verdict";
+    require_validator(req, where);
+    const Json body = parse_body(req, where);
+    SubmissionKey key;
+    key.step = integer_field(body, "step", 0, INT32_MAX, where);
+    key.node_address = address_field(body, "node_address", where);
+    key.submission = integer_field(body, "submission", 0, INT32_MAX, where);
+    const bool accept = bool_field(body, "accept", where);
+    std::string why;
+    if (body.contains("reason")) why = string_field(body, "reason", where);
+    if (!accept && why.empty()) {
+      refuse(400, "malformed_request",
+             fmt::format("field 'reason' must say why the submission is rejected ({})", where));
+    }
+    if (why.size() > kMaxVerdictReasonBytes) {
+      refuse(400, "malformed_request",
+             fmt::format("field 'reason' is longer than {} bytes ({})", kMaxVerdictReasonBytes,
+                         where));
+    }
+    const std::string validator = validator_field(body, where);
+    int64_t checked = -1;
+    if (body.contains("checked_samples")) {
+      checked = integer_field(body, "checked_samples", 0, INT32_MAX, where);
+    }
+
+    std::lock_guard lock(decide_mu);
+    const auto row = state.latest(key);
+    if (!row || row->status != "validating") {
+      const std::string now_is = !row                        ? "there is no such submission"
+                                 : row->status == "rejected" ? "it was rejected: " + row->reason
+                                 : row->status == "accepted"
+                                     ? "it is accepted already"
+                                     : "it is pending (its file has not arrived)";
+      refuse(409, "not_validating",
+             fmt::format("{} is not being validated: {}", describe(key), now_is.substr(0, 2000)));
+    }
+    const std::string samples_checked =
+        checked < 0 ? "" : fmt::format(" ({} of {} samples checked)", checked, row->counts.samples);
+    const std::string status = accept ? accept_verdict(*row, validator, samples_checked)
+                                      : reject_verdict(*row, validator, why, samples_checked);
+    reply_json(res, {{"status", status}});
+  }
+
+  // The accepting half of verdict() (callers hold decide_mu; `row` is validating).
+  std::string accept_verdict(const Submission& row, const std::string& validator,
+                             const std::string& samples_checked) {
+    const SubmissionKey& key = row.key;
+    if (const auto n = state.node(key.node_address); n && n->evicted) {
+      // Evictions reject validating submissions as they happen; this is the belt to that brace.
+      const Eviction e = state.evict(key.node_address, n->evicted_reason, now_s());
+      drop_files(e.rejected);
+      log_eviction(e);
+      return "rejected";
+    }
+    const std::string name = file_name(key);
+    try {
+      validating.move_to(key.step, name, store.path(key.step, name));
+    } catch (const Error& e) {
+      refuse(500, "storage_error",
+             fmt::format("cannot move {} into the rollout store: {}", describe(key), e.what()));
+    }
+    bool accepted = false;
+    try {
+      accepted = state.accept_validated(key, validator, now_s());
+    } catch (...) {
+      validating.move_from(store.path(key.step, name), key.step, name);
+      throw;
+    }
+    if (!accepted) {  // cannot happen under decide_mu; undone all the same
+      validating.move_from(store.path(key.step, name), key.step, name);
+      refuse(409, "not_validating", describe(key) + " was decided meanwhile");
+    }
     log::info(
-        "orchestrator: accepted step {} submission {} of node {}: {} samples, {} with signal; "
-        "step counter {}",
-        key.step, key.submission, key.node_address, counts.samples, counts.signal_samples,
+        "orchestrator: validator {} accepted {}{}: {} samples, {} with signal; step counter {}",
+        validator, describe(key), samples_checked, row.counts.samples, row.counts.signal_samples,
         step_counter_now());
-    reply_json(res, {{"status", "accepted"},
-                     {"samples", counts.samples},
-                     {"signal_samples", counts.signal_samples}});
+    return "accepted";
+  }
+
+  // The rejecting half of verdict() (callers hold decide_mu; `row` is validating).
+  std::string reject_verdict(const Submission& row, const std::string& validator,
+                             const std::string& why, const std::string& samples_checked) {
+    const SubmissionKey& key = row.key;
+    const std::string reason = fmt::format("validator {}: {}", validator, why);
+    const std::string evict_reason =
+        opt.evict_on_reject ? fmt::format("validator rejected step {} submission {}: {}", key.step,
+                                          key.submission, why)
+                            : "";
+    const Rejection r = state.reject_validated(key, reason, validator, evict_reason, now_s());
+    if (!r.rejected) refuse(409, "not_validating", describe(key) + " was decided meanwhile");
+    const std::string name = file_name(key);
+    try {  // committed: a failure to keep the file is logged (the next start retries it)
+      validating.move_to(key.step, name, rejected.path(key.step, name));
+    } catch (const Error& e) {
+      log::error("orchestrator: {}", e.what());
+    }
+    log::warn("orchestrator: validator {} rejected {}{}: {} (node {} has {} rejection{})",
+              validator, describe(key), samples_checked, why, key.node_address,
+              r.eviction.node.rejections, r.eviction.node.rejections == 1 ? "" : "s");
+    if (!evict_reason.empty()) {
+      drop_files(r.eviction.rejected);
+      log_eviction(r.eviction);
+    }
+    return "rejected";
   }
 };
 

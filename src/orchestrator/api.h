@@ -1,8 +1,10 @@
 // The orchestrator's HTTP API (the client side is client.h): the step counter, upload URLs,
-// uploads and their checks, the accepted files of each step, the trainer's published policy
-// version and public key, and the node registry with its evictions and the relays' IP allowlist.
-// State lives in <data_dir>/orchestrator.sqlite (state.h) and accepted files in
-// <data_dir>/rollouts/ (rollout/store.h), so a restarted server carries on where it stopped.
+// uploads and their checks, the queue of uploads waiting for trusted validators' verdicts, the
+// accepted files of each step, the trainer's published policy version and public key, and the
+// node registry with its evictions and the relays' IP allowlist. State lives in
+// <data_dir>/orchestrator.sqlite (state.h), accepted files in <data_dir>/rollouts/
+// (rollout/store.h), files waiting for a verdict in <data_dir>/validating/ and rejected ones in
+// <data_dir>/rejected/ (step_files.h), so a restarted server carries on where it stopped.
 //
 //   GET  /healthz                       200 "ok"
 //   GET  /metrics                       Prometheus text
@@ -10,13 +12,25 @@
 //                                       run shape, counts
 //   POST /submissions                   {node_address, step, submission, sha256, size} ->
 //                                       {upload_url, expires}; 400 malformed, 403 evicted node,
-//                                       409 refused
+//                                       409 refused (full step, accepted, being validated, ...)
 //   PUT  /upload/step_<s>/<node>-<sub>.parquet?expires=&sig=
-//                                       the file: 200 {status, samples, signal_samples};
+//                                       the file: 202 {status: "validating", samples,
+//                                       signal_samples} (200 "accepted" without validation);
 //                                       403 bad or expired URL or evicted node, 409 nothing
 //                                       pending, 422 rejected
 //   GET  /steps/<s>/accepted            {step, files: [...] in acceptance order, signal_samples}
 //   GET  /rollouts/step_<s>/<name>      the bytes of an accepted file; 404 otherwise
+//   GET  /submissions?status=&step=     {submissions: [...]} in id order (bearer trainer_token
+//                                       when configured)
+//   POST /validation/claim              {validator} -> {submission: the oldest unleased
+//                                       validating one, now leased, or null, policy_version,
+//                                       async_level} (bearer validator_token when configured)
+//   GET  /validation/files/step_<s>/<name>
+//                                       the bytes of a validating file; 404 otherwise (bearer
+//                                       validator_token)
+//   POST /validation/verdict            {step, node_address, submission, accept, reason,
+//                                       validator, checked_samples?} -> {status}; 409 not
+//                                       validating (bearer validator_token)
 //   POST /trainer/version               {version, public_key?} (bearer trainer_token when
 //                                       configured)
 //   POST /nodes                         {address, timestamp, signature}: a node registers from
@@ -45,12 +59,18 @@ struct ApiOptions {
   std::string host = "127.0.0.1";
   int port = 8400;                 // 0 = any free port
   std::string url;                 // what orchestrator.url says; "" = http://<host>:<port>
-  std::filesystem::path data_dir;  // orchestrator.sqlite, orchestrator.url, rollouts/
+  std::filesystem::path data_dir;  // orchestrator.sqlite, orchestrator.url, rollouts/, ...
   std::string run_id;              // recorded on the first start; later starts keep the stored one
   int64_t steps = 50, batch_size = 64, group_size = 8, async_level = 2;  // [rl]
   int64_t url_ttl_s = 600;
   int64_t max_upload_bytes = int64_t{256} << 20;
   std::string trainer_token;  // "" = POST /trainer/version and evictions are open
+  // Uploads that pass the orchestrator's checks wait for a validator's verdict; false = they are
+  // accepted at once.
+  bool validation = true;
+  std::string validator_token;       // "" = the validation endpoints are open
+  int64_t validation_lease_s = 120;  // a claim not decided by then goes back to the queue
+  bool evict_on_reject = true;       // a node whose file a validator rejects is evicted
   int http_threads = 16;
 };
 

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <utility>
 
 #include "common/error.h"
 #include "common/hashing.h"
@@ -77,6 +78,7 @@ Status Client::status() {
     s.batch_size = j.at("batch_size").get<int64_t>();
     s.group_size = j.at("group_size").get<int64_t>();
     s.pending = j.at("pending").get<int64_t>();
+    s.validating = j.at("validating").get<int64_t>();
     s.accepted = j.at("accepted").get<int64_t>();
     s.rejected = j.at("rejected").get<int64_t>();
     s.rollout_tokens_per_s = j.at("rollout_tokens_per_s").get<double>();
@@ -106,7 +108,9 @@ std::string Client::submit(const std::string& node_address, int64_t step, int64_
     fail(where, "no upload_url in the answer: {}", e.what());
   }
   auto put = c.Put(url, file_bytes.data(), file_bytes.size(), "application/vnd.apache.parquet");
-  if (!put || put->status != 200) fail(where, "upload rejected: {}", reason(put));
+  if (!put || (put->status != 200 && put->status != 202)) {
+    fail(where, "upload rejected: {}", reason(put));
+  }
   try {
     return Json::parse(put->body).at("status").get<std::string>();
   } catch (const std::exception& e) {
@@ -199,12 +203,111 @@ std::vector<Node> Client::nodes() {
       i.evicted = n.at("evicted").get<bool>();
       i.evicted_reason = n.at("evicted_reason").get<std::string>();
       i.evicted_at = n.at("evicted_at").get<double>();
+      i.rejections = n.at("rejections").get<int64_t>();
+      i.last_rejection = n.at("last_rejection").get<std::string>();
       out.push_back(std::move(i));
     }
   } catch (const Json::exception& e) {
     fail(base_url_ + "/nodes", "unexpected answer: {}", e.what());
   }
   return out;
+}
+
+std::vector<Submission> Client::submissions(const std::string& status,
+                                            std::optional<int64_t> step) {
+  httplib::Params params;
+  if (!status.empty()) params.emplace("status", status);
+  if (step) params.emplace("step", std::to_string(*step));
+  const std::string path = httplib::append_query_params("/submissions", params);
+  const Json j = get_json(base_url_, token_, timeout_s_, path);
+  std::vector<Submission> out;
+  try {
+    for (const auto& e : j.at("submissions")) {
+      Submission s;
+      s.id = e.at("id").get<int64_t>();
+      s.key.step = e.at("step").get<int64_t>();
+      s.key.node_address = e.at("node_address").get<std::string>();
+      s.key.submission = e.at("submission").get<int64_t>();
+      s.status = e.at("status").get<std::string>();
+      s.reason = e.at("reason").get<std::string>();
+      s.sha256 = e.at("sha256").get<std::string>();
+      s.size = e.at("size").get<int64_t>();
+      s.counts.samples = e.at("samples").get<int64_t>();
+      s.counts.signal_samples = e.at("signal_samples").get<int64_t>();
+      s.created_at = e.at("created_at").get<double>();
+      s.uploaded_at = e.at("uploaded_at").get<double>();
+      s.decided_at = e.at("decided_at").get<double>();
+      s.validator = e.at("validator").get<std::string>();
+      s.claimed_by = e.at("claimed_by").get<std::string>();
+      s.lease_expires = e.at("lease_expires").get<double>();
+      out.push_back(std::move(s));
+    }
+  } catch (const Json::exception& e) {
+    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  }
+  return out;
+}
+
+ClaimResult Client::claim_validation(const std::string& validator_name) {
+  const std::string path = "/validation/claim";
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post(path, Json{{"validator", validator_name}}.dump(), "application/json");
+  if (!res || res->status != 200) fail(base_url_ + path, "claim failed: {}", reason(res));
+  ClaimResult out;
+  try {
+    const Json j = Json::parse(res->body);
+    out.policy_version = j.at("policy_version").get<int64_t>();
+    out.async_level = j.at("async_level").get<int64_t>();
+    const Json& s = j.at("submission");
+    if (!s.is_null()) {
+      ValidationClaim v;
+      v.key.step = s.at("step").get<int64_t>();
+      v.key.node_address = s.at("node_address").get<std::string>();
+      v.key.submission = s.at("submission").get<int64_t>();
+      v.sha256 = s.at("sha256").get<std::string>();
+      v.size = s.at("size").get<int64_t>();
+      v.samples = s.at("samples").get<int64_t>();
+      v.signal_samples = s.at("signal_samples").get<int64_t>();
+      v.uploaded_at = s.at("uploaded_at").get<double>();
+      v.lease_expires = s.at("lease_expires").get<double>();
+      v.file = s.at("file").get<std::string>();
+      out.claim = std::move(v);
+    }
+  } catch (const std::exception& e) {
+    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  }
+  return out;
+}
+
+std::string Client::download_for_validation(const ValidationClaim& claim) {
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Get(claim.file);
+  if (!res || res->status != 200) {
+    fail(base_url_ + claim.file, "download for validation failed: {}", reason(res));
+  }
+  return std::move(res->body);
+}
+
+std::string Client::post_verdict(const SubmissionKey& key, bool accept, const std::string& why,
+                                 const std::string& validator_name, int64_t checked_samples) {
+  const std::string path = "/validation/verdict";
+  Json body{{"step", key.step},
+            {"node_address", key.node_address},
+            {"submission", key.submission},
+            {"accept", accept},
+            {"reason", why},
+            {"validator", validator_name}};
+  if (checked_samples >= 0) body["checked_samples"] = checked_samples;
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post(path, body.dump(), "application/json");
+  const std::string where = fmt::format("{}{} (step {} submission {} of node {})", base_url_, path,
+                                        key.step, key.submission, key.node_address);
+  if (!res || res->status != 200) fail(where, "verdict refused: {}", reason(res));
+  try {
+    return Json::parse(res->body).at("status").get<std::string>();
+  } catch (const std::exception& e) {
+    fail(where, "no status in the answer: {}", e.what());
+  }
 }
 
 }  // namespace trellis::orchestrator

@@ -1,16 +1,18 @@
-// The orchestrator's HTTP API as the trainer and workers call it (the server is api.h). Every
+// The orchestrator's HTTP API as the trainer, workers and validators call it (the server is
+// api.h). Every
 // method throws Error naming the URL and the server's message when the request fails or is
 // refused; callers that must survive an orchestrator restart catch it and retry.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "common/config.h"
 #include "common/identity.h"
-#include "orchestrator/state.h"  // Node, Allowlist
+#include "orchestrator/state.h"  // Node, Allowlist, Submission, SubmissionKey
 
 namespace trellis::orchestrator {
 
@@ -22,7 +24,7 @@ struct Status {
   std::string trainer_public_key;  // hex Ed25519 key that signs checkpoint manifests; "" = unknown
   int64_t steps = 0;               // rl.steps: the run is done when the trainer has published it
   int64_t async_level = 0, batch_size = 0, group_size = 0;
-  int64_t pending = 0, accepted = 0, rejected = 0;  // submissions by status
+  int64_t pending = 0, validating = 0, accepted = 0, rejected = 0;  // submissions by status
   double rollout_tokens_per_s = 0;  // completion tokens accepted per second, last 60 s
   bool done = false;                // policy_version >= steps
 };
@@ -37,19 +39,36 @@ struct AcceptedFile {
   int64_t signal_samples = 0;  // rows in groups whose rewards are not all equal
 };
 
+// A submission leased to a validator (POST /validation/claim).
+struct ValidationClaim {
+  SubmissionKey key;
+  std::string sha256;
+  int64_t size = 0, samples = 0, signal_samples = 0;
+  double uploaded_at = 0, lease_expires = 0;  // unix seconds; decide before the lease ends
+  std::string file;                           // path of GET /validation/files/...
+};
+
+// What POST /validation/claim answered.
+struct ClaimResult {
+  std::optional<ValidationClaim> claim;  // nullopt: nothing waits
+  int64_t policy_version = 0, async_level = 0;
+};
+
 // The URL clients use: orchestrator.url, else http://<orchestrator.host>:<orchestrator.port>.
 std::string client_url(const Config& config);
 
 class Client {
  public:
-  // base_url like "http://127.0.0.1:8400"; `token` is sent as a bearer token (trainer calls).
+  // base_url like "http://127.0.0.1:8400"; `token` is sent as a bearer token on every request
+  // (the trainer's token for trainer calls, the validators' for validation calls).
   explicit Client(std::string base_url, std::string token = "", double timeout_s = 30);
   ~Client();
 
   Status status();
   // POST /submissions (node, step, submission, sha256, size) for a signed upload URL, then PUT
-  // the bytes there. Returns the final status ("accepted", or "pending" once validators exist);
-  // Error with the server's reason when the upload is refused or rejected.
+  // the bytes there. Returns the upload's status: "validating" (it waits for a validator's
+  // verdict) or "accepted" (the orchestrator runs without validators); Error with the server's
+  // reason when the upload is refused or rejected.
   std::string submit(const std::string& node_address, int64_t step, int64_t submission,
                      std::string_view file_bytes);
   // GET /steps/<step>/accepted
@@ -69,6 +88,21 @@ class Client {
   Allowlist allowlist();
   // GET /nodes (needs the trainer token when the orchestrator has one)
   std::vector<Node> nodes();
+  // GET /submissions: those with `status` ("" = any) of `step` (nothing = any), in id order,
+  // with the reason of each rejection (needs the trainer token like nodes()).
+  std::vector<Submission> submissions(const std::string& status = "",
+                                      std::optional<int64_t> step = {});
+
+  // POST /validation/claim: leases the oldest submission waiting for a verdict to
+  // `validator_name` (needs the validators' token when the orchestrator has one).
+  ClaimResult claim_validation(const std::string& validator_name);
+  // GET /validation/files/...: the bytes of a claimed submission's file.
+  std::string download_for_validation(const ValidationClaim& claim);
+  // POST /validation/verdict; returns "accepted" or "rejected" (the server's decision: an
+  // accepted file of a node evicted meanwhile is rejected). `reason` is required to reject;
+  // `checked_samples` < 0 leaves it out. Error when the submission is not being validated.
+  std::string post_verdict(const SubmissionKey& key, bool accept, const std::string& reason,
+                           const std::string& validator_name, int64_t checked_samples);
 
   const std::string& base_url() const { return base_url_; }
 

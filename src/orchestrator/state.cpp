@@ -11,32 +11,33 @@
 namespace trellis::orchestrator {
 namespace {
 
-constexpr const char* kSchemaVersion = "1";
+constexpr const char* kSchemaVersion = "2";
 
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS submissions (
+// The submissions table; {} is its name (a migration builds it beside the old one).
+constexpr const char* kSubmissionsTable = R"sql(
+CREATE TABLE IF NOT EXISTS {} (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   step INTEGER NOT NULL,
   node TEXT NOT NULL,
   submission INTEGER NOT NULL,
   sha256 TEXT NOT NULL,
   size INTEGER NOT NULL,
-  status TEXT NOT NULL CHECK (status IN ('pending', 'accepted', 'rejected')),
+  status TEXT NOT NULL CHECK (status IN ('pending', 'validating', 'accepted', 'rejected')),
   reason TEXT NOT NULL DEFAULT '',
   samples INTEGER NOT NULL DEFAULT 0,
   signal_samples INTEGER NOT NULL DEFAULT 0,
   completion_tokens INTEGER NOT NULL DEFAULT 0,
   created_at REAL NOT NULL,
   decided_at REAL NOT NULL DEFAULT 0,
-  accept_seq INTEGER
+  accept_seq INTEGER,
+  uploaded_at REAL NOT NULL DEFAULT 0,
+  validator TEXT NOT NULL DEFAULT '',
+  claimed_by TEXT NOT NULL DEFAULT '',
+  lease_expires REAL NOT NULL DEFAULT 0
 );
-CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_accepted
-  ON submissions (step, node, submission) WHERE status = 'accepted';
-CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_pending
-  ON submissions (step, node, submission) WHERE status = 'pending';
-CREATE INDEX IF NOT EXISTS submissions_by_step ON submissions (step, status, accept_seq);
-CREATE INDEX IF NOT EXISTS submissions_by_decision ON submissions (status, decided_at);
+)sql";
+
+constexpr const char* kNodesTable = R"sql(
 CREATE TABLE IF NOT EXISTS nodes (
   address TEXT PRIMARY KEY,
   ip TEXT NOT NULL DEFAULT '',
@@ -45,16 +46,44 @@ CREATE TABLE IF NOT EXISTS nodes (
   signed_at INTEGER NOT NULL DEFAULT 0,
   evicted INTEGER NOT NULL DEFAULT 0 CHECK (evicted IN (0, 1)),
   evicted_reason TEXT NOT NULL DEFAULT '',
-  evicted_at REAL NOT NULL DEFAULT 0
+  evicted_at REAL NOT NULL DEFAULT 0,
+  rejections INTEGER NOT NULL DEFAULT 0,
+  last_rejection TEXT NOT NULL DEFAULT ''
 );
 )sql";
 
+constexpr const char* kIndexes = R"sql(
+CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_open
+  ON submissions (step, node, submission) WHERE status IN ('pending', 'validating', 'accepted');
+CREATE INDEX IF NOT EXISTS submissions_by_step ON submissions (step, status, accept_seq);
+CREATE INDEX IF NOT EXISTS submissions_by_decision ON submissions (status, decided_at);
+CREATE INDEX IF NOT EXISTS submissions_queue ON submissions (status, uploaded_at);
+)sql";
+
+// Schema version 1 had no validating status (a CHECK constraint, so the table is rebuilt), no
+// upload time, validator or lease, and no rejection counts on nodes. An accepted file's upload
+// time is its decision time.
+constexpr const char* kMigrateFromV1 = R"sql(
+INSERT INTO submissions_v2 (id, step, node, submission, sha256, size, status, reason, samples,
+  signal_samples, completion_tokens, created_at, decided_at, accept_seq, uploaded_at)
+SELECT id, step, node, submission, sha256, size, status, reason, samples, signal_samples,
+  completion_tokens, created_at, decided_at, accept_seq,
+  CASE WHEN status = 'accepted' THEN decided_at ELSE 0 END
+FROM submissions;
+DROP TABLE submissions;
+ALTER TABLE submissions_v2 RENAME TO submissions;
+ALTER TABLE nodes ADD COLUMN rejections INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE nodes ADD COLUMN last_rejection TEXT NOT NULL DEFAULT '';
+)sql";
+
 constexpr const char* kNodeColumns =
-    "address, ip, registered_at, last_seen, signed_at, evicted, evicted_reason, evicted_at";
+    "address, ip, registered_at, last_seen, signed_at, evicted, evicted_reason, evicted_at, "
+    "rejections, last_rejection";
 
 constexpr const char* kColumns =
     "id, step, node, submission, sha256, size, status, reason, samples, signal_samples, "
-    "completion_tokens, created_at, decided_at";
+    "completion_tokens, created_at, decided_at, uploaded_at, validator, claimed_by, "
+    "lease_expires";
 
 // One prepared statement; bind() fills parameters left to right.
 class Stmt {
@@ -104,6 +133,10 @@ class Stmt {
     s.counts = {i64(8), i64(9), i64(10)};
     s.created_at = f64(11);
     s.decided_at = f64(12);
+    s.uploaded_at = f64(13);
+    s.validator = text(14);
+    s.claimed_by = text(15);
+    s.lease_expires = f64(16);
     return s;
   }
   Node node() {  // the columns of kNodeColumns
@@ -116,6 +149,8 @@ class Stmt {
     n.evicted = i64(5) != 0;
     n.evicted_reason = text(6);
     n.evicted_at = f64(7);
+    n.rejections = i64(8);
+    n.last_rejection = text(9);
     return n;
   }
 
@@ -183,14 +218,19 @@ State::State(const std::filesystem::path& path, const std::string& run_id) : pat
     sqlite3_busy_timeout(db_, 10000);
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=FULL");
-    exec(kSchema);
+    exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
     Transaction tx(db_, path_);
     const std::string version = meta("schema_version");
     if (version.empty()) {
+      exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions").c_str());
+      exec(kNodesTable);
+      exec(kIndexes);
       set_meta("schema_version", kSchemaVersion);
+    } else if (version == "1") {
+      migrate_from_v1();
     } else if (version != kSchemaVersion) {
-      fail(path_, "the database has schema version {}, this trellis reads version {}", version,
-           kSchemaVersion);
+      fail(path_, "the database has schema version {}, this trellis reads versions 1 and {}",
+           version, kSchemaVersion);
     }
     run_id_ = meta("run_id");
     if (run_id_.empty()) {
@@ -213,6 +253,17 @@ State::State(const std::filesystem::path& path, const std::string& run_id) : pat
 }
 
 State::~State() { sqlite3_close(db_); }
+
+void State::migrate_from_v1() {
+  exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions_v2").c_str());
+  exec(kMigrateFromV1);
+  exec(kIndexes);
+  set_meta("schema_version", kSchemaVersion);
+}
+
+std::string eviction_message(const Node& node) {
+  return fmt::format("node {} was evicted: {}", node.address, node.evicted_reason);
+}
 
 void State::exec(const char* sql) {
   char* err = nullptr;
@@ -264,6 +315,12 @@ std::vector<std::string> State::allowed_ips() {
   return out;
 }
 
+void State::bump_allowlist_if_changed(const std::vector<std::string>& before) {
+  if (allowed_ips() != before) {
+    set_meta("allowlist_revision", std::to_string(std::stoll(meta("allowlist_revision")) + 1));
+  }
+}
+
 std::optional<Node> State::find_node(const std::string& address) {
   Stmt q(db_, fmt::format("SELECT {} FROM nodes WHERE address = ?", kNodeColumns), path_);
   q.bind(address);
@@ -289,17 +346,21 @@ Registration State::register_node(const std::string& address, const std::string&
          "registered_at ELSE excluded.registered_at END",
          path_);
   q.bind(address).bind(ip).bind(now).bind(now).bind(signed_at).step();
-  if (allowed_ips() != allowed) {
-    set_meta("allowlist_revision", std::to_string(std::stoll(meta("allowlist_revision")) + 1));
-  }
+  bump_allowlist_if_changed(allowed);
   Registration out{Registration::kRegistered, *find_node(address)};
   tx.commit();
   return out;
 }
 
-Node State::evict(const std::string& address, const std::string& reason, double now) {
+Eviction State::evict(const std::string& address, const std::string& reason, double now) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
+  Eviction out = evict_locked(address, reason, now);
+  tx.commit();
+  return out;
+}
+
+Eviction State::evict_locked(const std::string& address, const std::string& reason, double now) {
   const std::vector<std::string> allowed = allowed_ips();
   Stmt q(db_,
          "INSERT INTO nodes (address, evicted, evicted_reason, evicted_at) VALUES (?, 1, ?, ?) ON "
@@ -307,11 +368,20 @@ Node State::evict(const std::string& address, const std::string& reason, double 
          "evicted_at = excluded.evicted_at WHERE evicted = 0",
          path_);
   q.bind(address).bind(reason).bind(now).step();
-  if (allowed_ips() != allowed) {
-    set_meta("allowlist_revision", std::to_string(std::stoll(meta("allowlist_revision")) + 1));
-  }
-  Node out = *find_node(address);
-  tx.commit();
+  bump_allowlist_if_changed(allowed);
+  Eviction out;
+  out.node = *find_node(address);
+  Stmt find(db_,
+            "SELECT step, submission FROM submissions WHERE node = ? AND status = 'validating' "
+            "ORDER BY id",
+            path_);
+  find.bind(address);
+  while (find.step()) out.rejected.push_back({find.i64(0), address, find.i64(1)});
+  Stmt drop(db_,
+            "UPDATE submissions SET status = 'rejected', reason = ?, decided_at = ? WHERE node = ? "
+            "AND status = 'validating'",
+            path_);
+  drop.bind(eviction_message(out.node)).bind(now).bind(address).step();
   return out;
 }
 
@@ -343,16 +413,18 @@ Allowlist State::allowlist() {
   return {std::stoll(meta("allowlist_revision")), allowed_ips()};
 }
 
-bool State::request(const SubmissionKey& key, const std::string& sha256, int64_t size, double now) {
+std::string State::request(const SubmissionKey& key, const std::string& sha256, int64_t size,
+                           double now) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
   Stmt find(db_,
             "SELECT status FROM submissions WHERE step = ? AND node = ? AND submission = ? AND "
-            "status IN ('pending', 'accepted') ORDER BY status = 'accepted' DESC",
+            "status IN ('pending', 'validating', 'accepted')",
             path_);
   find.bind(key.step).bind(key.node_address).bind(key.submission);
   if (find.step()) {
-    if (find.text(0) == "accepted") return false;
+    const std::string status = find.text(0);
+    if (status != "pending") return status;
     Stmt update(db_,
                 "UPDATE submissions SET sha256 = ?, size = ?, created_at = ? WHERE step = ? AND "
                 "node = ? AND submission = ? AND status = 'pending'",
@@ -378,7 +450,7 @@ bool State::request(const SubmissionKey& key, const std::string& sha256, int64_t
     insert.step();
   }
   tx.commit();
-  return true;
+  return "pending";
 }
 
 std::optional<Submission> State::latest(const SubmissionKey& key) {
@@ -393,24 +465,43 @@ std::optional<Submission> State::latest(const SubmissionKey& key) {
   return q.submission();
 }
 
-bool State::is_accepted(const SubmissionKey& key) {
+bool State::has_status(const SubmissionKey& key, const char* status) {
   std::lock_guard lock(mu_);
   Stmt q(db_,
-         "SELECT 1 FROM submissions WHERE step = ? AND node = ? AND submission = ? AND status = "
-         "'accepted'",
+         "SELECT 1 FROM submissions WHERE step = ? AND node = ? AND submission = ? AND status = ?",
          path_);
-  q.bind(key.step).bind(key.node_address).bind(key.submission);
+  q.bind(key.step).bind(key.node_address).bind(key.submission).bind(std::string(status));
   return q.step();
 }
+
+bool State::is_accepted(const SubmissionKey& key) { return has_status(key, "accepted"); }
+
+bool State::is_validating(const SubmissionKey& key) { return has_status(key, "validating"); }
 
 bool State::accept(const SubmissionKey& key, const FileCounts& counts, double now) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
   Stmt q(db_,
          "UPDATE submissions SET status = 'accepted', samples = ?, signal_samples = ?, "
-         "completion_tokens = ?, decided_at = ?, accept_seq = (SELECT COALESCE(MAX(accept_seq), 0) "
-         "+ 1 FROM submissions) WHERE step = ? AND node = ? AND submission = ? AND status = "
-         "'pending'",
+         "completion_tokens = ?, uploaded_at = ?, decided_at = ?, accept_seq = (SELECT "
+         "COALESCE(MAX(accept_seq), 0) + 1 FROM submissions) WHERE step = ? AND node = ? AND "
+         "submission = ? AND status = 'pending'",
+         path_);
+  q.bind(counts.samples).bind(counts.signal_samples).bind(counts.completion_tokens);
+  q.bind(now).bind(now).bind(key.step).bind(key.node_address).bind(key.submission);
+  q.step();
+  const bool changed = sqlite3_changes(db_) == 1;
+  tx.commit();
+  return changed;
+}
+
+bool State::start_validation(const SubmissionKey& key, const FileCounts& counts, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt q(db_,
+         "UPDATE submissions SET status = 'validating', samples = ?, signal_samples = ?, "
+         "completion_tokens = ?, uploaded_at = ? WHERE step = ? AND node = ? AND submission = ? "
+         "AND status = 'pending'",
          path_);
   q.bind(counts.samples).bind(counts.signal_samples).bind(counts.completion_tokens).bind(now);
   q.bind(key.step).bind(key.node_address).bind(key.submission);
@@ -432,6 +523,86 @@ bool State::reject(const SubmissionKey& key, const std::string& reason, double n
   const bool changed = sqlite3_changes(db_) == 1;
   tx.commit();
   return changed;
+}
+
+std::optional<Submission> State::claim(const std::string& validator, double lease_s, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt q(
+      db_,
+      fmt::format("SELECT {} FROM submissions WHERE status = 'validating' AND lease_expires <= ? "
+                  "ORDER BY uploaded_at, id LIMIT 1",
+                  kColumns),
+      path_);
+  q.bind(now);
+  if (!q.step()) return std::nullopt;
+  Submission s = q.submission();
+  s.claimed_by = validator;
+  s.lease_expires = now + lease_s;
+  Stmt lease(db_, "UPDATE submissions SET claimed_by = ?, lease_expires = ? WHERE id = ?", path_);
+  lease.bind(s.claimed_by).bind(s.lease_expires).bind(s.id).step();
+  tx.commit();
+  return s;
+}
+
+bool State::accept_validated(const SubmissionKey& key, const std::string& validator, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt q(db_,
+         "UPDATE submissions SET status = 'accepted', validator = ?, decided_at = ?, accept_seq = "
+         "(SELECT COALESCE(MAX(accept_seq), 0) + 1 FROM submissions) WHERE step = ? AND node = ? "
+         "AND submission = ? AND status = 'validating'",
+         path_);
+  q.bind(validator).bind(now).bind(key.step).bind(key.node_address).bind(key.submission);
+  q.step();
+  const bool changed = sqlite3_changes(db_) == 1;
+  tx.commit();
+  return changed;
+}
+
+Rejection State::reject_validated(const SubmissionKey& key, const std::string& reason,
+                                  const std::string& validator, const std::string& evict_reason,
+                                  double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt q(db_,
+         "UPDATE submissions SET status = 'rejected', reason = ?, validator = ?, decided_at = ? "
+         "WHERE step = ? AND node = ? AND submission = ? AND status = 'validating'",
+         path_);
+  q.bind(reason).bind(validator).bind(now);
+  q.bind(key.step).bind(key.node_address).bind(key.submission);
+  q.step();
+  if (sqlite3_changes(db_) != 1) return {};  // rolled back: nothing changed
+  Stmt count(db_,
+             "INSERT INTO nodes (address, rejections, last_rejection) VALUES (?, 1, ?) ON CONFLICT "
+             "(address) DO UPDATE SET rejections = rejections + 1, last_rejection = "
+             "excluded.last_rejection",
+             path_);
+  count.bind(key.node_address)
+      .bind(fmt::format("step {} submission {}: {}", key.step, key.submission, reason))
+      .step();
+  Rejection out;
+  out.rejected = true;
+  if (evict_reason.empty()) {
+    out.eviction.node = *find_node(key.node_address);
+  } else {
+    out.eviction = evict_locked(key.node_address, evict_reason, now);
+  }
+  tx.commit();
+  return out;
+}
+
+std::vector<Submission> State::submissions(const std::string& status, std::optional<int64_t> step) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         fmt::format("SELECT {} FROM submissions WHERE (?1 = '' OR status = ?1) AND (?2 < 0 OR "
+                     "step = ?2) ORDER BY id",
+                     kColumns),
+         path_);
+  q.bind(status).bind(step.value_or(-1));
+  std::vector<Submission> out;
+  while (q.step()) out.push_back(q.submission());
+  return out;
 }
 
 std::vector<Submission> State::accepted(int64_t step) {
@@ -460,7 +631,8 @@ std::map<int64_t, int64_t> State::signal_samples_by_step() {
 
 std::map<std::string, int64_t> State::count_by_status() {
   std::lock_guard lock(mu_);
-  std::map<std::string, int64_t> out{{"pending", 0}, {"accepted", 0}, {"rejected", 0}};
+  std::map<std::string, int64_t> out{
+      {"pending", 0}, {"validating", 0}, {"accepted", 0}, {"rejected", 0}};
   Stmt q(db_, "SELECT status, COUNT(*) FROM submissions GROUP BY status", path_);
   while (q.step()) out[q.text(0)] = q.i64(1);
   return out;

@@ -97,8 +97,12 @@ class TrainerService {
       const double step_time = now_s() - t0;
       m.set("time/step", step_time);
       m.set("trainer/idle_frac", waited / std::max(1e-9, step_time));
-      try {
-        m.set("throughput/rollout_tok_s", client_.status().rollout_tokens_per_s);
+      try {  // what the orchestrator and its validators decided so far, for the report
+        const auto status = client_.status();
+        m.set("throughput/rollout_tok_s", status.rollout_tokens_per_s);
+        m.set("submissions/accepted", static_cast<double>(status.accepted));
+        m.set("submissions/rejected", static_cast<double>(status.rejected));
+        m.set("submissions/validating", static_cast<double>(status.validating));
       } catch (const Error&) {
       }
       log.write(s, m);

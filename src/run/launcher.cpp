@@ -84,6 +84,14 @@ class Launcher {
            const std::atomic<bool>& stop)
       : run_dir_(run_dir), options_(options), stop_(stop), metrics_(run_dir / "metrics.jsonl") {
     workers_ = config.get_at_least<int64_t>("run.workers", 1);
+    // Uploads wait for a validator's verdict: without one the run would never fill a step.
+    if (config.get<bool>("orchestrator.validation")) {
+      validators_ = config.get_at_least<int64_t>("run.validators", 0);
+      if (validators_ == 0)
+        fail("run.validators",
+             "orchestrator.validation is on, so uploads wait for a validator: start at least one "
+             "(run.validators = 1) or set orchestrator.validation = false");
+    }
     steps_ = config.get<int64_t>("rl.steps");
     int64_t threads = config.get_at_least<int64_t>("compute.threads", 0);
     if (threads == 0) threads = std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
@@ -118,12 +126,19 @@ class Launcher {
                                           "shardcast.relay_urls=[" + relay_urls + "]"}));
       workers_list_.back()->start();
     }
+    for (int64_t i = 0; i < validators_; ++i) {
+      const std::string name = "validator-" + std::to_string(i);
+      validators_list_.push_back(role(name, {"validate", "--set", "validator.name=" + name, "--set",
+                                             "shardcast.relay_urls=[" + relay_urls + "]"}));
+      validators_list_.back()->start();
+    }
     std::printf(
         "run directory %s: orchestrator %s, trainer (origin %s), %lld relay%s (%s), %lld workers "
-        "(%lld thread%s each)\n",
+        "(%lld thread%s each), %lld validator%s\n",
         run_dir_.c_str(), url_.c_str(), origin.c_str(), static_cast<long long>(relays_),
         relays_ == 1 ? "" : "s", tree_.c_str(), static_cast<long long>(workers_),
-        static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s");
+        static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s",
+        static_cast<long long>(validators_), validators_ == 1 ? "" : "s");
     std::fflush(stdout);
 
     int trainer_status = -1;
@@ -239,7 +254,7 @@ class Launcher {
         start_relay(r);
       }
     }
-    for (auto& w : workers_list_) {
+    for (auto& w : children_of_pool()) {
       if (auto st = w->poll(); st && *st != 0) {
         check_crash_loop(*w, *st);
         log::warn("{} exited with status {}; restarting it", w->name(), *st);
@@ -247,6 +262,14 @@ class Launcher {
         w->start();
       }
     }
+  }
+
+  // Workers and validators: restarted when they fail, left alone when they exit 0 (run done).
+  std::vector<ChildProcess*> children_of_pool() {
+    std::vector<ChildProcess*> out;
+    for (auto& w : workers_list_) out.push_back(w.get());
+    for (auto& v : validators_list_) out.push_back(v.get());
+    return out;
   }
 
   void check_crash_loop(const ChildProcess& child, int status) {
@@ -281,26 +304,30 @@ class Launcher {
     if (step < 0) {
       std::printf(
           "waiting for step 0 | counter %lld | version %lld | accepted %lld rejected %lld "
-          "| rollout %.0f tok/s | workers %lld/%lld\n",
+          "validating %lld | rollout %.0f tok/s | workers %lld/%lld\n",
           static_cast<long long>(s.step), static_cast<long long>(s.policy_version),
           static_cast<long long>(s.accepted), static_cast<long long>(s.rejected),
-          s.rollout_tokens_per_s, static_cast<long long>(alive), static_cast<long long>(workers_));
+          static_cast<long long>(s.validating), s.rollout_tokens_per_s,
+          static_cast<long long>(alive), static_cast<long long>(workers_));
     } else {
       std::printf(
           "step %lld/%lld | reward %.3f | 10-step mean %.3f | len %.1f | stale %.1f | rollout "
-          "%.0f tok/s | trainer idle %.0f%% | accepted %lld rejected %lld | workers %lld/%lld%s\n",
+          "%.0f tok/s | trainer idle %.0f%% | accepted %lld rejected %lld validating %lld | "
+          "workers "
+          "%lld/%lld%s\n",
           static_cast<long long>(step), static_cast<long long>(steps_), number(m, "reward/mean"),
           metrics_.recent_reward(), number(m, "seq_len/mean"), number(m, "staleness/mean"),
           s.rollout_tokens_per_s, 100 * number(m, "trainer/idle_frac"),
           static_cast<long long>(s.accepted), static_cast<long long>(s.rejected),
-          static_cast<long long>(alive), static_cast<long long>(workers_),
+          static_cast<long long>(s.validating), static_cast<long long>(alive),
+          static_cast<long long>(workers_),
           restarts_ > 0 ? fmt::format(" | restarts {}", restarts_).c_str() : "");
     }
     std::fflush(stdout);
   }
 
-  // Workers first (they exit on their own once the run is done), then the trainer and the
-  // relays, then the orchestrator, which must outlive every upload.
+  // Workers and validators first (they exit on their own once the run is done), then the trainer
+  // and the relays, then the orchestrator, which must outlive every upload and verdict.
   void shutdown(bool completed) {
     const double grace = completed ? 30 : 10;
     const auto t0 = Clock::now();
@@ -308,6 +335,7 @@ class Launcher {
       for (auto& w : workers_list_)
         while (w->running() && seconds_since(t0) < grace) sleep_s(0.05);
     for (auto& w : workers_list_) w->stop(5);
+    for (auto& v : validators_list_) v->stop(5);
     trainer_->stop(30);
     for (auto& r : relays_list_) r.process->stop(5);
     orchestrator_->stop(10);
@@ -319,11 +347,12 @@ class Launcher {
   std::vector<Relay> relays_list_;
   LaunchOptions options_;
   const std::atomic<bool>& stop_;
-  int64_t workers_ = 1, steps_ = 0, threads_per_role_ = 1, port_ = 0, restarts_ = 0;
+  int64_t workers_ = 1, validators_ = 0, steps_ = 0, threads_per_role_ = 1, port_ = 0,
+          restarts_ = 0;
   std::map<std::string, int> quick_failures_;  // consecutive early exits, by role
   std::string url_;
   std::unique_ptr<ChildProcess> orchestrator_, trainer_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_list_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_list_, validators_list_;
   MetricsTail metrics_;
   Clock::time_point last_view_{}, last_line_{};
   int64_t last_step_ = -2;

@@ -1,9 +1,10 @@
 // `trellis run`: every role of a run as child processes of one launcher on loopback — the
-// orchestrator first (on a free port, kept across its restarts), then the trainer and
-// run.workers inference workers, all reading the run directory's resolved config.toml. The
-// launcher prints a compact live view (step, reward, staleness, rollout tokens/s, trainer idle,
-// submissions), restarts a worker or the orchestrator that dies, stops everything cleanly on
-// completion or Ctrl-C (workers, trainer, then orchestrator), and writes report.html.
+// orchestrator first (on a free port, kept across its restarts), then the trainer, the relays,
+// run.workers inference workers and run.validators validators, all reading the run directory's
+// resolved config.toml. The launcher prints a compact live view (step, reward, staleness, rollout
+// tokens/s, trainer idle, submissions accepted, rejected and validating), restarts a worker, a
+// validator, a relay or the orchestrator that dies, stops everything cleanly on completion or
+// Ctrl-C (workers and validators, trainer, relays, then orchestrator), and writes report.html.
 //
 // Each process gets compute.threads / (workers + 1) threads (at least 1): co-located processes
 // with spinning OpenMP pools on shared cores are many times slower than partitioned ones.

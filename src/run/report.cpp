@@ -69,6 +69,12 @@ const std::vector<GroupSpec>& groups() {
        "seconds",
        {{"time/step", "step"}, {"time/wait_for_data", "wait for data"}}},
       {"idle", "Trainer idle fraction", "fraction", {{"trainer/idle_frac", "trainer idle"}}},
+      {"submissions",
+       "Submissions (accepted, rejected by the orchestrator or a validator, waiting for a verdict)",
+       "files",
+       {{"submissions/accepted", "accepted"},
+        {"submissions/rejected", "rejected"},
+        {"submissions/validating", "validating"}}},
   };
   return kGroups;
 }

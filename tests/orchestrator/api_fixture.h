@@ -30,6 +30,8 @@ class ApiFixture : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
+  // Without validators: an upload that passes the orchestrator's checks is accepted at once
+  // (validation_test.cpp turns them on).
   ApiOptions options() const {
     ApiOptions o;
     o.port = 0;
@@ -40,6 +42,7 @@ class ApiFixture : public ::testing::Test {
     o.group_size = 4;
     o.async_level = 1;
     o.max_upload_bytes = 1 << 20;
+    o.validation = false;
     return o;
   }
 

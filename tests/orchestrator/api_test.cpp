@@ -173,7 +173,8 @@ TEST_F(OrchestratorApi, EnforcesThePolicyVersionWindow) {
   // Tokens from a version the trainer has not published yet.
   const std::string future = test::signed_file(spec(1, 0, /*version=*/1), {{0, 1}}, worker_);
   e = test::error_of([&] { client.submit(worker_.address(), 1, 0, future); });
-  EXPECT_CONTAINS(e, "policy version 1, outside [0, 0]");
+  EXPECT_CONTAINS(e,
+                  "version window: row 0: a token was sampled by policy version 1, outside [0, 0]");
 
   client.publish_version(2);
   client.publish_version(1);  // older: ignored
@@ -255,7 +256,7 @@ TEST_F(OrchestratorApi, RejectsUploadsThatDifferFromTheDeclarationOrTheSigner) {
   auto res = put(url, good);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 422);
-  EXPECT_CONTAINS(error_text(res), "SHA-256 differs");
+  EXPECT_CONTAINS(error_text(res), "upload: the upload's SHA-256 differs");
   // After a rejection the same URL is spent.
   res = put(url, good);
   ASSERT_TRUE(res);
@@ -266,18 +267,19 @@ TEST_F(OrchestratorApi, RejectsUploadsThatDifferFromTheDeclarationOrTheSigner) {
   res = put(url, good);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 422);
+  EXPECT_CONTAINS(error_text(res), "upload: the upload has");
   EXPECT_CONTAINS(error_text(res), "were declared");
 
   // Rows claiming the worker's address, signed by someone else.
   const std::string forged = test::signed_file(spec(0, 0), {{0, 1}}, impostor);
   std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, 0, forged); });
-  EXPECT_CONTAINS(e, "signature");
+  EXPECT_CONTAINS(e, "upload rejected: signature: ");
   // Rows of another node or run or step.
   const test::FileSpec theirs{"run-test", impostor.address(), 0, 0, 0};
   e = test::error_of([&] {
     client_->submit(worker_.address(), 0, 0, test::signed_file(theirs, {{0, 1}}, worker_));
   });
-  EXPECT_CONTAINS(e, "node_address is '" + impostor.address());
+  EXPECT_CONTAINS(e, "step binding: row 0: node_address is '" + impostor.address());
   test::FileSpec other_run = spec(0, 0);
   other_run.run_id = "another-run";
   e = test::error_of([&] {
@@ -304,10 +306,10 @@ TEST_F(OrchestratorApi, CorruptFilesAreRejectedAndNeverListed) {
   flipped[rollout::decode_rollout_file(good, "good").body.size() / 2] ^= 0x5a;
   const std::string empty = rollout::encode_rollout_file({}, {}, rollout::sign_body_with(worker_));
   for (const auto& [bytes, message] : std::vector<std::pair<std::string, std::string>>{
-           {std::string("this is not a parquet file at all"), "not a valid rollout file"},
-           {good.substr(0, good.size() / 2), "not a valid rollout file"},
+           {std::string("this is not a parquet file at all"), "schema: not a valid rollout file"},
+           {good.substr(0, good.size() / 2), "schema: not a valid rollout file"},
            {flipped, ""},  // caught by the decoder or by the signature, whichever first
-           {empty, "no rows"}}) {
+           {empty, "schema: the file has no rows"}}) {
     const std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, 0, bytes); });
     EXPECT_CONTAINS(e, "upload rejected");
     EXPECT_CONTAINS(e, message);

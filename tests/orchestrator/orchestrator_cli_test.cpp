@@ -63,8 +63,19 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
                            ("trellis_orchestrator_cli_" + std::to_string(::getpid())) / "run-7";
   fs::remove_all(run_dir.parent_path());
   const std::vector<std::string> args = {
-      "orchestrator", "--run-dir", run_dir.string(),  "--set", "orchestrator.port=0", "--set",
-      "rl.steps=3",   "--set",     "rl.batch_size=4", "--set", "rl.async_level=1"};
+      "orchestrator",
+      "--run-dir",
+      run_dir.string(),
+      "--set",
+      "orchestrator.port=0",
+      "--set",
+      "rl.steps=3",
+      "--set",
+      "rl.batch_size=4",
+      "--set",
+      "rl.async_level=1",
+      "--set",
+      "orchestrator.validation=false"};  // accepted at once: no validators here
   const Identity worker = Identity::generate();
   const auto file = [&](int32_t step, int32_t sub, std::vector<std::vector<float>> groups) {
     return signed_file({"run-7", worker.address(), step, sub, 0}, groups, worker);

@@ -1,6 +1,9 @@
 // The orchestrator's building blocks: counting signal samples per file, the step counter rule,
 // signed URLs, and the SQLite state surviving a reopen with every decision intact: submissions,
-// the trainer's public key, node registrations, evictions and the allowlist revision.
+// the validation queue and its leases, validators' verdicts, the trainer's public key, node
+// registrations, evictions, rejection counts and the allowlist revision; a database of the
+// previous schema is migrated.
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -90,9 +93,9 @@ TEST(State, DecisionsSurviveAReopen) {
     EXPECT_TRUE(s.accept(b, {4, 0, 16}, 111));
     EXPECT_FALSE(s.accept(b, {4, 0, 16}, 112));  // nothing pending any more
     EXPECT_TRUE(s.reject(c, "bad file", 113));
-    EXPECT_FALSE(s.request(a, std::string(64, '5'), 1, 120));  // already accepted
+    EXPECT_EQ(s.request(a, std::string(64, '5'), 1, 120), "accepted");  // nothing recorded
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
-    EXPECT_TRUE(s.request(c, std::string(64, '6'), 60, 121));  // a rejected one may be retried
+    EXPECT_EQ(s.request(c, std::string(64, '6'), 60, 121), "pending");  // a rejected one: retry
   }
   State s(db, "another name");  // the run ID is fixed at the first start
   EXPECT_EQ(s.run_id(), "run-1");
@@ -106,7 +109,8 @@ TEST(State, DecisionsSurviveAReopen) {
   EXPECT_EQ(accepted[1].key.node_address, b.node_address);
   EXPECT_EQ(s.signal_samples_by_step(), (std::map<int64_t, int64_t>{{0, 4}}));
   EXPECT_EQ(s.count_by_status(),
-            (std::map<std::string, int64_t>{{"accepted", 2}, {"pending", 1}, {"rejected", 1}}));
+            (std::map<std::string, int64_t>{
+                {"accepted", 2}, {"pending", 1}, {"rejected", 1}, {"validating", 0}}));
   EXPECT_EQ(s.latest(c)->status, "pending");
   EXPECT_TRUE(s.is_accepted(a));
   EXPECT_FALSE(s.is_accepted(c));
@@ -166,13 +170,13 @@ TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
     EXPECT_EQ(revision(s), 3);
 
     // Evicting c removes 10.0.0.2; evicting a never-registered node creates its row.
-    Node n = s.evict(c, "forged rollouts", 1030);
+    Node n = s.evict(c, "forged rollouts", 1030).node;
     EXPECT_TRUE(n.evicted);
     EXPECT_EQ(n.evicted_reason, "forged rollouts");
     EXPECT_EQ(n.ip, "10.0.0.2");  // kept for operators
     EXPECT_EQ(ips(s), (V{"10.0.0.1", "10.0.0.3"}));
     EXPECT_EQ(revision(s), 4);
-    n = s.evict(d, "never seen", 1031);
+    n = s.evict(d, "never seen", 1031).node;
     EXPECT_TRUE(n.evicted);
     EXPECT_EQ(n.ip, "");
     EXPECT_EQ(n.registered_at, 0);
@@ -182,7 +186,7 @@ TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
     EXPECT_EQ(r.outcome, Registration::kEvicted);
     EXPECT_EQ(r.node.evicted_reason, "never seen");
     EXPECT_EQ(s.register_node(c, "10.0.0.2", 1040, 1040).outcome, Registration::kEvicted);
-    EXPECT_EQ(s.evict(c, "again", 1041).evicted_reason, "forged rollouts");
+    EXPECT_EQ(s.evict(c, "again", 1041).node.evicted_reason, "forged rollouts");
     EXPECT_EQ(ips(s), (V{"10.0.0.1", "10.0.0.3"}));
     EXPECT_EQ(revision(s), 4);
     EXPECT_EQ(s.node_counts().registered, 2);
@@ -213,6 +217,160 @@ TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
   // A replay of a's last registration from elsewhere is still refused after the reopen.
   EXPECT_EQ(s.register_node(a, "10.0.0.9", 1020, 2000).outcome, Registration::kReplayed);
   EXPECT_FALSE(s.node(std::string(64, '9')).has_value());
+  fs::remove_all(dir);
+}
+
+TEST(State, TheValidationQueueLeasesAndVerdicts) {
+  const auto dir =
+      fs::temp_directory_path() / ("trellis_state_queue_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const auto db = dir / "orchestrator.sqlite";
+  const std::string x(64, 'a'), y(64, 'b');
+  const SubmissionKey a{0, x, 0}, b{0, x, 1}, c{0, y, 0}, d{1, y, 0};
+  {
+    State s(db, "run-1");
+    for (const auto& key : {a, b, c, d}) s.request(key, std::string(64, '1'), 10, 100);
+    EXPECT_TRUE(s.start_validation(b, {4, 2, 16}, 101));  // uploaded first
+    EXPECT_TRUE(s.start_validation(a, {4, 4, 16}, 102));
+    EXPECT_TRUE(s.start_validation(c, {2, 2, 8}, 103));
+    EXPECT_FALSE(s.start_validation(c, {2, 2, 8}, 104));  // not pending any more
+    EXPECT_TRUE(s.is_validating(a));
+    EXPECT_EQ(s.request(a, std::string(64, '2'), 10, 105), "validating");
+    EXPECT_EQ(s.latest(a)->sha256, std::string(64, '1'));
+    EXPECT_EQ(s.count_by_status().at("validating"), 3);
+    EXPECT_TRUE(s.signal_samples_by_step().empty());  // nothing counts before a verdict
+
+    // Claims go oldest upload first, one holder per lease; an ended lease frees it.
+    auto first = s.claim("v1", 10, 200);
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->key.submission, 1);
+    EXPECT_EQ(first->claimed_by, "v1");
+    EXPECT_EQ(first->lease_expires, 210);
+    EXPECT_EQ(first->counts.signal_samples, 2);
+    EXPECT_EQ(s.claim("v2", 10, 201)->key.submission, 0);
+    EXPECT_EQ(s.claim("v3", 10, 202)->key.node_address, y);
+    EXPECT_FALSE(s.claim("v4", 10, 203));
+    EXPECT_EQ(s.claim("v4", 10, 210)->key.submission, 1);  // v1's lease ended
+
+    EXPECT_TRUE(s.accept_validated(a, "v2", 220));
+    EXPECT_FALSE(s.accept_validated(a, "v2", 221));  // decided
+    EXPECT_EQ(s.accepted(0).size(), 1u);
+    EXPECT_EQ(s.signal_samples_by_step(), (std::map<int64_t, int64_t>{{0, 4}}));
+
+    // y is counted and marked, not evicted.
+    Rejection r = s.reject_validated(c, "validator v3: bad proof", "v3", "", 230);
+    EXPECT_TRUE(r.rejected);
+    EXPECT_EQ(r.eviction.node.rejections, 1);
+    EXPECT_EQ(r.eviction.node.last_rejection, "step 0 submission 0: validator v3: bad proof");
+    EXPECT_FALSE(r.eviction.node.evicted);
+    EXPECT_TRUE(r.eviction.rejected.empty());
+    EXPECT_FALSE(s.reject_validated(c, "again", "v3", "", 231).rejected);
+    EXPECT_EQ(s.node(y)->rejections, 1);
+    // x is rejected and evicted: its other validating submission goes with it.
+    r = s.reject_validated(b, "validator v4: bad sampling", "v4", "evicted for b", 240);
+    EXPECT_TRUE(r.rejected);
+    EXPECT_TRUE(r.eviction.node.evicted);
+    EXPECT_EQ(r.eviction.node.evicted_reason, "evicted for b");
+    EXPECT_TRUE(r.eviction.rejected.empty());  // a was accepted already
+    EXPECT_TRUE(s.start_validation(d, {2, 2, 8}, 250));
+    const Eviction e = s.evict(y, "operator", 260);
+    ASSERT_EQ(e.rejected.size(), 1u);
+    EXPECT_EQ(e.rejected[0].step, 1);
+    EXPECT_EQ(s.latest(d)->reason, "node " + y + " was evicted: operator");
+  }
+  State s(db, "run-1");
+  const auto rows = s.submissions();
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].status, "accepted");
+  EXPECT_EQ(rows[0].validator, "v2");
+  EXPECT_EQ(rows[0].uploaded_at, 102);
+  EXPECT_EQ(rows[0].decided_at, 220);
+  EXPECT_EQ(rows[1].status, "rejected");
+  EXPECT_EQ(rows[1].reason, "validator v4: bad sampling");
+  EXPECT_EQ(rows[1].claimed_by, "v4");
+  EXPECT_EQ(s.submissions("rejected").size(), 3u);
+  EXPECT_EQ(s.submissions("rejected", 1).size(), 1u);
+  EXPECT_EQ(s.node(x)->rejections, 1);
+  EXPECT_TRUE(s.node(x)->evicted);
+  EXPECT_EQ(s.node(y)->last_rejection, "step 0 submission 0: validator v3: bad proof");
+  fs::remove_all(dir);
+}
+
+// A database written by the previous schema (version 1, before validators) opens migrated, with
+// its submissions, nodes and meta intact; an unknown version is refused naming the file.
+TEST(State, ADatabaseOfSchemaVersion1IsMigrated) {
+  const auto dir = fs::temp_directory_path() / ("trellis_state_v1_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto db = dir / "orchestrator.sqlite";
+  const auto run = [&](const char* sql) {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(h, sql, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(h);
+  };
+  run(R"sql(
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE submissions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER NOT NULL, node TEXT NOT NULL,
+  submission INTEGER NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'accepted', 'rejected')),
+  reason TEXT NOT NULL DEFAULT '', samples INTEGER NOT NULL DEFAULT 0,
+  signal_samples INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0,
+  created_at REAL NOT NULL, decided_at REAL NOT NULL DEFAULT 0, accept_seq INTEGER);
+CREATE UNIQUE INDEX submissions_one_accepted
+  ON submissions (step, node, submission) WHERE status = 'accepted';
+CREATE UNIQUE INDEX submissions_one_pending
+  ON submissions (step, node, submission) WHERE status = 'pending';
+CREATE INDEX submissions_by_step ON submissions (step, status, accept_seq);
+CREATE INDEX submissions_by_decision ON submissions (status, decided_at);
+CREATE TABLE nodes (
+  address TEXT PRIMARY KEY, ip TEXT NOT NULL DEFAULT '', registered_at REAL NOT NULL DEFAULT 0,
+  last_seen REAL NOT NULL DEFAULT 0, signed_at INTEGER NOT NULL DEFAULT 0,
+  evicted INTEGER NOT NULL DEFAULT 0 CHECK (evicted IN (0, 1)),
+  evicted_reason TEXT NOT NULL DEFAULT '', evicted_at REAL NOT NULL DEFAULT 0);
+INSERT INTO meta VALUES ('schema_version', '1'), ('run_id', 'old-run'), ('url_secret', 'ab12'),
+  ('policy_version', '3'), ('allowlist_revision', '2');
+INSERT INTO submissions VALUES
+  (1, 0, 'aaaa', 0, 'h1', 10, 'accepted', '', 4, 4, 16, 100, 110, 1),
+  (2, 0, 'bbbb', 0, 'h2', 10, 'rejected', 'bad file', 0, 0, 0, 101, 111, NULL),
+  (3, 1, 'aaaa', 0, 'h3', 10, 'pending', '', 0, 0, 0, 102, 0, NULL);
+INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
+  VALUES ('aaaa', '10.0.0.1', 50, 0, ''), ('bbbb', '', 0, 1, 'forged');
+)sql");
+  {
+    State s(db, "ignored");
+    EXPECT_EQ(s.run_id(), "old-run");
+    EXPECT_EQ(s.url_secret(), "ab12");
+    EXPECT_EQ(s.policy_version(), 3);
+    EXPECT_EQ(s.allowlist().revision, 2);
+    const auto rows = s.submissions();
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[0].status, "accepted");
+    EXPECT_EQ(rows[0].uploaded_at, 110);
+    EXPECT_EQ(rows[1].reason, "bad file");
+    EXPECT_EQ(rows[2].status, "pending");
+    EXPECT_EQ(s.accepted(0).size(), 1u);
+    EXPECT_EQ(s.node("bbbb")->evicted_reason, "forged");
+    EXPECT_EQ(s.node("aaaa")->rejections, 0);
+    // The new statuses work, and ids go on from the old ones.
+    EXPECT_TRUE(s.start_validation({1, "aaaa", 0}, {2, 2, 8}, 200));
+    EXPECT_EQ(s.request({2, "aaaa", 0}, "h4", 10, 201), "pending");
+    EXPECT_EQ(s.submissions("", 2)[0].id, 4);
+    EXPECT_EQ(s.request({0, "aaaa", 0}, "h5", 10, 202), "accepted");
+  }
+  State again(db, "ignored");  // opens as version 2 now
+  EXPECT_EQ(again.count_by_status().at("validating"), 1);
+  run("UPDATE meta SET value = '9' WHERE key = 'schema_version'");
+  try {
+    State s(db, "ignored");
+    ADD_FAILURE() << "an unknown schema version was opened";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(db.string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("schema version 9"), std::string::npos) << e.what();
+  }
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,123 @@
+// `trellis validate CONFIG`: the trusted validator role (validator/service.h), and
+// `trellis toploc verify`: the model checks of a rollout file offline, every row against one model.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/run_flags.h"
+#include "cli/stop_signal.h"
+#include "common/error.h"
+#include "model/checkpoint.h"
+#include "model/prompting.h"
+#include "rollout/rollout_file.h"
+#include "validator/file_checks.h"
+#include "validator/sample_checks.h"
+#include "validator/service.h"
+
+namespace trellis::cli {
+namespace {
+
+struct VerifyFlags {
+  std::string model, rollouts;
+  std::vector<std::string> configs, overrides;
+};
+
+// Checks every row of the file against `flags.model` (whatever version a row claims); prints one
+// line per row and a summary. Returns the exit status: 0 when every row passes.
+int toploc_verify(const VerifyFlags& flags) {
+  const Config config = Config::resolve(
+      std::vector<std::filesystem::path>(flags.configs.begin(), flags.configs.end()),
+      flags.overrides);
+  const model::Compute compute = setup_compute(config);
+  auto model = model::load_transformer(flags.model, compute);
+  const auto prompting = model::Prompting::load(flags.model, model->config());
+  std::string bytes;
+  const auto file = rollout::read_rollout_file(flags.rollouts, bytes);
+  const auto rules = validator::Rules::from_config(config, 0);
+  const auto stops = validator::stop_ids(prompting);
+  const validator::ModelOf model_of = [&](int64_t) -> model::Transformer& { return *model; };
+  int64_t failed = 0;
+  toploc::ChunkStats worst;
+  double distance = 0;
+  for (size_t i = 0; i < file.rows.size(); ++i) {
+    const auto& row = file.rows[i];
+    if (row.completion_tokens.empty()) {
+      std::printf("row %zu: empty completion\n", i);
+      ++failed;
+      continue;
+    }
+    const auto result =
+        validator::check_sample(row, i, rules, stops, prompting.tok.vocab_size(), model_of);
+    const auto w = validator::worst_chunk(result.stats.toploc);
+    worst.exp_mismatches = std::max(worst.exp_mismatches, w.exp_mismatches);
+    worst.mant_err_mean = std::max(worst.mant_err_mean, w.mant_err_mean);
+    worst.mant_err_median = std::max(worst.mant_err_median, w.mant_err_median);
+    distance = std::max(distance, result.stats.max_sampling_distance);
+    std::string verdict = "ok";
+    if (!result.findings.empty()) {
+      ++failed;
+      verdict.clear();
+      for (const auto& f : result.findings) verdict += (verdict.empty() ? "" : "; ") + f.text();
+    }
+    std::printf(
+        "row %zu: %lld tokens, %zu chunks, worst chunk %u exp / %.2f mean / %.0f median, "
+        "sampling distance %.2g, log-prob error %.4f: %s\n",
+        i, static_cast<long long>(result.stats.tokens), result.stats.toploc.chunks.size(),
+        w.exp_mismatches, w.mant_err_mean, w.mant_err_median, result.stats.max_sampling_distance,
+        result.stats.logprob_error, verdict.c_str());
+  }
+  std::printf(
+      "%zu rows, %lld failed; worst chunk %u exponent mismatches, mantissa error mean %.2f, "
+      "median %.0f (thresholds %u / %.1f / %.1f); worst sampling distance %.2g (tolerance %g)\n",
+      file.rows.size(), static_cast<long long>(failed), worst.exp_mismatches, worst.mant_err_mean,
+      worst.mant_err_median, rules.thresholds.exp_mismatches, rules.thresholds.mant_err_mean,
+      rules.thresholds.mant_err_median, distance, rules.sampling_tolerance);
+  return failed == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void add_validate_commands(CLI::App& app) {
+  static RunFlags validate_flags;
+  auto* validate = app.add_subcommand(
+      "validate",
+      "Validator: check each submission (schema, data sampling, rewards, TOPLOC, sampling) and "
+      "post accept or reject to the orchestrator");
+  add_run_flags(validate, validate_flags);
+  validate->callback([] {
+    const Config config = validate_flags.resolve();
+    const auto& stop = stop_requested();
+    const model::Compute compute = setup_compute(config);
+    const std::filesystem::path dir = config.get<std::string>("run.dir");
+    if (dir.empty())
+      fail("--run-dir",
+           "`trellis validate` needs a directory for its key and the policies it reads");
+    std::filesystem::create_directories(dir);
+    validator::run_validator(config, dir, compute, stop);
+  });
+
+  static VerifyFlags verify_flags;
+  auto* toploc = app.add_subcommand("toploc", "TOPLOC proofs of inference");
+  toploc->require_subcommand(1);
+  auto* verify = toploc->add_subcommand(
+      "verify",
+      "Check every row of a rollout file against a model: TOPLOC proof, verifiable sampling, "
+      "termination (exit status 1 when a row fails)");
+  verify->add_option("--model", verify_flags.model, "the policy the rows claim (a model directory)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  verify->add_option("--rollouts", verify_flags.rollouts, "a rollout file (.parquet)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  verify
+      ->add_option("config", verify_flags.configs,
+                   "TOML configuration files of the run (sampling, thresholds), left to right")
+      ->check(CLI::ExistingFile);
+  verify->add_option("--set", verify_flags.overrides, "override one key: section.key=value");
+  verify->callback([] {
+    const int status = toploc_verify(verify_flags);
+    if (status != 0) std::exit(status);
+  });
+}
+
+}  // namespace trellis::cli

@@ -1,0 +1,360 @@
+#include "validator/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "common/error.h"
+#include "env/registry.h"
+#include "model/checkpoint.h"
+#include "pipeline/fixed_data_sampler.h"
+#include "pipeline/partial_rollouts.h"
+#include "pipeline/rollout_rows.h"
+#include "rl/rl_loop.h"
+#include "rl/rollouts.h"
+#include "rl/task_source.h"
+#include "toploc/proof_builder.h"
+#include "validator/file_checks.h"
+#include "validator/sample_checks.h"
+
+namespace trellis::validator {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+const char* dtype_name(torch::ScalarType dtype) {
+  return dtype == torch::kBFloat16 ? "bf16" : dtype == torch::kFloat32 ? "fp32" : "?";
+}
+
+// Restores torch's thread count when the calibration ends (or throws).
+class ThreadsGuard {
+ public:
+  ThreadsGuard() : threads_(torch::get_num_threads()) {}
+  ~ThreadsGuard() { torch::set_num_threads(threads_); }
+
+ private:
+  int threads_;
+};
+
+// The smallest of 0.001, 0.002, 0.005, 0.01, ... that is >= x.
+double round_up_125(double x) {
+  if (!(x > 0.001)) return 0.001;
+  if (!std::isfinite(x)) return x;
+  const double decade = std::pow(10.0, std::floor(std::log10(x)));
+  for (const double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * decade >= x * (1 - 1e-12)) return m * decade;
+  return 10 * decade;
+}
+
+}  // namespace
+
+const char* kv_layout_name(KvLayout layout) {
+  switch (layout) {
+    case KvLayout::kPaged:
+      return "paged";
+    case KvLayout::kTight:
+      return "tight";
+    case KvLayout::kChunked:
+      return "chunked";
+  }
+  return "?";
+}
+
+std::string WorkerSetting::describe() const {
+  return fmt::format("b{} t{} {} {}", batch, threads, kv_layout_name(layout), dtype_name(dtype));
+}
+
+HonestRun generate_honest(model::Transformer& model, const model::Prompting& prompting,
+                          const Config& config, const WorkerSetting& setting, int64_t completions) {
+  if (model.compute().dtype != setting.dtype)
+    throw Error(fmt::format("calibration: the model computes in {}, the setting asks for {}",
+                            dtype_name(model.compute().dtype), dtype_name(setting.dtype)));
+  const auto rl = rl::RlLoopConfig::from_config(config);
+  const auto environment = env::make_environment(config);
+  const rl::TaskSource tasks(*environment, config, rl.seed);
+  const pipeline::FixedDataSampler sampler(tasks, "calibration", config);
+  auto ro = rl::rollout_options(rl, config);
+  // A group shares one prefill and is admitted whole, so it cannot be larger than the batch.
+  ro.group_size = std::max<int64_t>(1, std::min(ro.group_size, setting.batch));
+  const int64_t wanted = std::max(completions, setting.batch);
+  const int64_t groups = (wanted + ro.group_size - 1) / ro.group_size;
+  const auto drawn = sampler.draw(0, 0, groups);
+  ro.seed = sampler.seed(0, 0);
+
+  auto eo = pipeline::worker_engine_options(config, /*partial=*/false, prompting.tok.vocab_size());
+  eo.max_num_seqs = setting.batch;
+  if (setting.layout != KvLayout::kPaged) {
+    // The longest prompt, and 32 tokens for a length sentence (length_reward.h).
+    int64_t prompt = 0;
+    for (const auto& task : drawn) {
+      const auto messages = environment->build_prompt(task, {.system_prompt = ro.system_prompt});
+      prompt = std::max<int64_t>(
+          prompt, static_cast<int64_t>(rl::encode_prompt(prompting, messages).size()) + 32);
+    }
+    if (setting.layout == KvLayout::kTight) {
+      // Room for one whole completion and a block: the others are preempted as the cache fills
+      // and resume by re-prefilling prompt + prefix.
+      eo.kv_cache_tokens = prompt + ro.max_tokens + 1 + 16;
+    } else {
+      // A forward holds any one prompt whole, so it always samples a token, but not a prompt
+      // beside the decodes of another group: that prompt is prefilled in chunks across forwards.
+      eo.max_batch_tokens = prompt + 1;
+    }
+  }
+
+  torch::set_num_threads(setting.threads);
+  toploc::ProofBuilder proofs;  // outlives the engine that feeds it
+  engine::Engine engine(model, eo);
+  ro.proofs = &proofs;
+  rl::feed_proofs(engine, proofs);
+
+  HonestRun run;
+  run.setting = setting;
+  const auto before = engine.stats();
+  const double t0 = now_s();
+  const auto result = rl::generate_rollouts(engine, prompting, *environment, drawn, ro);
+  run.seconds = now_s() - t0;
+  const auto after = engine.stats();
+  run.tokens = after.tokens_generated - before.tokens_generated;
+  run.preemptions = after.preemptions - before.preemptions;
+  run.forwards = after.steps - before.steps;
+  run.proof_seconds = proofs.proving_seconds() + proofs.adding_seconds();
+  run.rows = pipeline::to_records({"calibration", "calibration", 0, 0}, result, drawn);
+  return run;
+}
+
+CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const Rules& rules,
+                        const std::vector<int32_t>& stops, int64_t vocab,
+                        model::Transformer& model) {
+  const ModelOf model_of = [&](int64_t) -> model::Transformer& { return model; };
+  CheckSummary s;
+  const double t0 = now_s();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].completion_tokens.empty()) continue;
+    const auto r = check_sample(rows[i], i, rules, stops, vocab, model_of);
+    const auto w = worst_chunk(r.stats.toploc);
+    const auto& st = r.stats;
+    if (s.completions == 0) {
+      s.least = w;
+      s.min_sampling_misses = st.sampling_misses;
+      s.min_logprob_error = st.logprob_error;
+    }
+    ++s.completions;
+    s.tokens += st.tokens;
+    s.worst.exp_mismatches = std::max(s.worst.exp_mismatches, w.exp_mismatches);
+    s.worst.mant_err_mean = std::max(s.worst.mant_err_mean, w.mant_err_mean);
+    s.worst.mant_err_median = std::max(s.worst.mant_err_median, w.mant_err_median);
+    s.least.exp_mismatches = std::min(s.least.exp_mismatches, w.exp_mismatches);
+    s.least.mant_err_mean = std::min(s.least.mant_err_mean, w.mant_err_mean);
+    s.least.mant_err_median = std::min(s.least.mant_err_median, w.mant_err_median);
+    s.max_sampling_distance = std::max(s.max_sampling_distance, st.max_sampling_distance);
+    s.max_sampling_misses = std::max(s.max_sampling_misses, st.sampling_misses);
+    s.min_sampling_misses = std::min(s.min_sampling_misses, st.sampling_misses);
+    s.max_logprob_error = std::max(s.max_logprob_error, st.logprob_error);
+    s.min_logprob_error = std::min(s.min_logprob_error, st.logprob_error);
+    if (st.stop_prob >= 0)
+      s.min_stop_prob =
+          s.min_stop_prob < 0 ? st.stop_prob : std::min(s.min_stop_prob, st.stop_prob);
+    if (r.findings.empty()) {
+      ++s.passed;
+      continue;
+    }
+    std::vector<std::string> seen;
+    for (const auto& f : r.findings) {
+      if (std::find(seen.begin(), seen.end(), f.check) == seen.end()) {
+        seen.push_back(f.check);
+        ++s.failed[f.check];
+      }
+    }
+    if (s.first_reason.empty()) s.first_reason = r.findings.front().text();
+  }
+  s.seconds = now_s() - t0;
+  // The prefills alone (what check_sample computes first), to tell the model's share of the time
+  // from the checks'.
+  torch::NoGradGuard no_grad;
+  const double t1 = now_s();
+  for (const auto& row : rows) {
+    const auto n = static_cast<int64_t>(row.completion_tokens.size());
+    if (n == 0) continue;
+    const auto p = static_cast<int64_t>(row.prompt_tokens.size());
+    std::vector<int64_t> seq(row.prompt_tokens.begin(), row.prompt_tokens.end());
+    seq.insert(seq.end(), row.completion_tokens.begin(), row.completion_tokens.end() - 1);
+    model.forward(torch::tensor(seq),
+                  {.logits = true, .hidden = true, .rows = torch::arange(p - 1, p + n - 1)});
+  }
+  s.prefill_seconds = now_s() - t1;
+  return s;
+}
+
+void HonestMaxima::add(const CheckSummary& s) {
+  worst.exp_mismatches = std::max(worst.exp_mismatches, s.worst.exp_mismatches);
+  worst.mant_err_mean = std::max(worst.mant_err_mean, s.worst.mant_err_mean);
+  worst.mant_err_median = std::max(worst.mant_err_median, s.worst.mant_err_median);
+  max_sampling_distance = std::max(max_sampling_distance, s.max_sampling_distance);
+  max_sampling_misses = std::max(max_sampling_misses, s.max_sampling_misses);
+  max_logprob_error = std::max(max_logprob_error, s.max_logprob_error);
+  if (s.min_stop_prob >= 0)
+    min_stop_prob = min_stop_prob < 0 ? s.min_stop_prob : std::min(min_stop_prob, s.min_stop_prob);
+}
+
+SuggestedThresholds suggest_thresholds(const HonestMaxima& honest,
+                                       const SuggestedThresholds& floor) {
+  SuggestedThresholds t;
+  const auto& w = honest.worst;
+  t.toploc.exp_mismatches = std::max(floor.toploc.exp_mismatches, 2 * w.exp_mismatches + 2);
+  t.toploc.mant_err_mean = std::max(floor.toploc.mant_err_mean, std::ceil(2 * w.mant_err_mean + 1));
+  t.toploc.mant_err_median =
+      std::max(floor.toploc.mant_err_median, std::ceil(2 * w.mant_err_median + 1));
+  t.sampling_tolerance =
+      std::max(floor.sampling_tolerance, round_up_125(2 * honest.max_sampling_distance));
+  // Every honest token lies within the tolerance (>= its largest distance): no misses needed.
+  t.max_sampling_misses = floor.max_sampling_misses;
+  t.max_logprob_error =
+      std::max(floor.max_logprob_error, round_up_125(2 * honest.max_logprob_error));
+  return t;
+}
+
+std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes) {
+  std::vector<WorkerSetting> m;
+  for (const auto dtype : dtypes) {
+    m.push_back({1, 1, KvLayout::kPaged, dtype});
+    m.push_back({8, 1, KvLayout::kPaged, dtype});
+    m.push_back({8, 2, KvLayout::kPaged, dtype});
+    m.push_back({64, 2, KvLayout::kPaged, dtype});
+    m.push_back({8, 2, KvLayout::kTight, dtype});
+    m.push_back({16, 2, KvLayout::kChunked, dtype});
+  }
+  return m;
+}
+
+void add_relative_noise(model::Transformer& model, double relative, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (const auto& [name, p] : model.named_parameters()) {
+    const double rms = p.to(torch::kFloat64).pow(2).mean().sqrt().item<double>();
+    if (rms == 0) continue;
+    p.add_(at::normal(0.0, relative * rms, p.sizes(), gen).to(p.dtype()));
+  }
+}
+
+torch::Tensor fp8_e4m3_round(const torch::Tensor& x) {
+  const auto f = x.to(torch::kFloat32);
+  // The exponent of each value, clamped to e4m3's normal range: below 2^-6 the subnormals keep
+  // the step of 2^-9.
+  const auto exponent = torch::floor(torch::log2(f.abs())).clamp(-6, 8);
+  const auto step = torch::exp2(exponent - 3);
+  return (torch::round(f / step) * step).clamp(-448, 448).to(x.scalar_type());
+}
+
+void quantize_fp8_e4m3(model::Transformer& model) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : model.named_parameters()) {
+    const double amax = p.abs().max().item<double>();
+    if (amax == 0) continue;
+    const double scale = 448.0 / amax;
+    p.copy_(fp8_e4m3_round(p * scale) / scale);
+  }
+}
+
+CalibrationReport calibrate(const std::string& model_dir, const Config& config,
+                            const CalibrationOptions& options,
+                            const std::function<void(const std::string&)>& on_progress) {
+  const auto progress = [&](const std::string& what) {
+    if (on_progress) on_progress(what);
+  };
+  if (options.dtypes.empty()) throw Error("calibration: no compute dtype to run");
+  ThreadsGuard threads_guard;
+  std::map<torch::ScalarType, std::unique_ptr<model::Transformer>> models;
+  for (const auto dtype : options.dtypes)
+    models[dtype] = model::load_transformer(model_dir, {torch::kCPU, dtype});
+  if (!models.count(options.validator_dtype))
+    throw Error(fmt::format("calibration: the validator's dtype {} is not among the dtypes run",
+                            dtype_name(options.validator_dtype)));
+  const auto prompting = model::Prompting::load(model_dir, models.begin()->second->config());
+  const Rules rules = Rules::from_config(config, 0);
+  const auto stops = stop_ids(prompting);
+  const int64_t vocab = prompting.tok.vocab_size();
+
+  // Warm-up, untimed: the first forwards of a model pay for kernel selection and page faults.
+  for (const auto& [dtype, m] : models) {
+    progress(fmt::format("warm-up {}", dtype_name(dtype)));
+    const auto run = generate_honest(*m, prompting, config, {8, 2, KvLayout::kPaged, dtype}, 8);
+    check_rows(run.rows, rules, stops, vocab, *m);
+  }
+
+  CalibrationReport report;
+  // The completions checked against dishonest weights: b8 t2 paged in the validator's dtype.
+  const WorkerSetting reference{8, 2, KvLayout::kPaged, options.validator_dtype};
+  const HonestRun* dishonest_rows = nullptr;
+  std::vector<HonestRun> runs;
+  runs.reserve(options.settings.size());
+  for (const auto& setting : options.settings) {
+    if (!models.count(setting.dtype))
+      throw Error(fmt::format("calibration: setting {} needs a dtype that was not loaded",
+                              setting.describe()));
+    progress("generate " + setting.describe());
+    runs.push_back(
+        generate_honest(*models[setting.dtype], prompting, config, setting, options.completions));
+    const HonestRun& run = runs.back();
+    if (setting.describe() == reference.describe()) dishonest_rows = &run;
+    for (const auto& [dtype, m] : models) {
+      progress(fmt::format("check {} with {}", setting.describe(), dtype_name(dtype)));
+      torch::set_num_threads(setting.threads);  // the same machine and threads as the worker
+      CalibrationRow row;
+      row.worker = setting;
+      row.validator_dtype = dtype;
+      row.validator = "honest";
+      row.generated_tokens = run.tokens;
+      row.generation_seconds = run.seconds;
+      row.preemptions = run.preemptions;
+      row.proof_seconds = run.proof_seconds;
+      row.check = check_rows(run.rows, rules, stops, vocab, *m);
+      if (row.same_dtype()) {
+        report.maxima.add(row.check);
+        report.honest.push_back(std::move(row));
+      } else {
+        report.cross_maxima.add(row.check);
+        report.cross.push_back(std::move(row));
+      }
+    }
+  }
+  if (!dishonest_rows) dishonest_rows = runs.empty() ? nullptr : &runs.front();
+  if (!dishonest_rows) return report;
+
+  // Dishonest weights in the validator's dtype: the worker claims the policy but generated with
+  // these, which is the same as checking its honest completions against them.
+  struct Weights {
+    std::string name;
+    std::function<void(model::Transformer&)> change;
+  };
+  const std::vector<Weights> dishonest = {
+      {fmt::format("noise {:g}%", 100 * options.noise),
+       [&](model::Transformer& m) { add_relative_noise(m, options.noise, options.seed); }},
+      {fmt::format("noise {:g}%", 30 * options.noise),
+       [&](model::Transformer& m) { add_relative_noise(m, options.noise * 0.3, options.seed); }},
+      {"fp8-e4m3", [](model::Transformer& m) { quantize_fp8_e4m3(m); }},
+      {"other weights", [&](model::Transformer& m) { m.init_random(options.seed + 0x5eed); }},
+  };
+  for (const auto& d : dishonest) {
+    progress("check " + dishonest_rows->setting.describe() + " with " + d.name);
+    auto m = model::load_transformer(model_dir, {torch::kCPU, options.validator_dtype});
+    d.change(*m);
+    torch::set_num_threads(dishonest_rows->setting.threads);
+    CalibrationRow row;
+    row.worker = dishonest_rows->setting;
+    row.validator_dtype = options.validator_dtype;
+    row.validator = d.name;
+    row.generated_tokens = dishonest_rows->tokens;
+    row.generation_seconds = dishonest_rows->seconds;
+    row.preemptions = dishonest_rows->preemptions;
+    row.proof_seconds = dishonest_rows->proof_seconds;
+    row.check = check_rows(dishonest_rows->rows, rules, stops, vocab, *m);
+    report.dishonest.push_back(std::move(row));
+  }
+  return report;
+}
+
+}  // namespace trellis::validator

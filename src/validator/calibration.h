@@ -1,0 +1,166 @@
+// Calibration of the validator's thresholds (specs/toploc.md §3.5, §6): honest workers generate
+// rollouts with proofs under a matrix of settings that change the numerics but not the policy
+// (completions decoding at once, torch threads, KV-cache layout, compute dtype); every completion
+// is checked by check_sample against a validator's model, as `trellis validate` checks it. The
+// largest statistics honest workers reach, and the smallest ones dishonest workers (perturbed
+// weights, fp8 weights, other weights) reach, bound where the thresholds may lie. The same runs
+// time generation against validation on one machine. `trellis bench validate` prints the report;
+// docs/validation.md records it.
+//
+// Not thread-safe: it sets torch's thread count while it runs (restored at the end).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/config.h"
+#include "model/prompting.h"
+#include "model/transformer.h"
+#include "rollout/rollout_record.h"
+#include "toploc/verify.h"
+#include "validator/rules.h"
+
+namespace trellis::validator {
+
+// How the worker's KV cache and forwards are laid out.
+enum class KvLayout {
+  kPaged,    // the worker's default paged cache, room for every completion
+  kTight,    // a cache that holds one whole completion: the newest are preempted and re-prefilled
+  kChunked,  // max_batch_tokens = the longest prompt + 1: a prompt admitted beside the decodes of
+             // another group is prefilled in chunks across forwards (a batch of at least 2 groups)
+};
+const char* kv_layout_name(KvLayout layout);  // "paged", "tight", "chunked"
+
+// One honest worker's setting.
+struct WorkerSetting {
+  int64_t batch = 8;  // completions decoding at once (engine max_num_seqs; G is cut to it)
+  int threads = 1;    // torch threads
+  KvLayout layout = KvLayout::kPaged;
+  torch::ScalarType dtype = torch::kFloat32;  // the worker's compute dtype
+  std::string describe() const;               // e.g. "b8 t2 tight bf16"
+};
+
+// Honest rollouts of one setting as the rows a worker uploads, and what generating them took.
+struct HonestRun {
+  WorkerSetting setting;
+  std::vector<rollout::RolloutRecord> rows;
+  int64_t tokens = 0;        // completion tokens
+  double seconds = 0;        // wall time of generate_rollouts (prefill, decode, proofs, scoring)
+  int64_t preemptions = 0;   // engine preemptions (re-prefills)
+  int64_t forwards = 0;      // engine forwards
+  double proof_seconds = 0;  // proof threads' time: proving and taking rows in
+};
+
+// Generates `completions` honest completions (whole groups of rl.group_size, cut to the batch)
+// of the environment of `config` with TOPLOC proofs, as `trellis infer` does: prompts by fixed
+// data sampling, the worker's engine options with the setting's batch and layout, proofs built
+// from the engine's hidden rows. `model` must be in the setting's dtype.
+HonestRun generate_honest(model::Transformer& model, const model::Prompting& prompting,
+                          const Config& config, const WorkerSetting& setting, int64_t completions);
+
+// check_sample over a set of rows against one model: the worst statistics, and how many rows
+// each check objected to.
+struct CheckSummary {
+  int64_t completions = 0, tokens = 0, passed = 0;
+  std::map<std::string, int64_t> failed;  // check name -> completions it objected to
+  toploc::ChunkStats worst;  // each statistic's largest value over every chunk of every completion
+  // Each statistic of a completion's worst chunk, at its smallest over the completions: against
+  // dishonest weights, how close the closest completion came to passing.
+  toploc::ChunkStats least;
+  double max_sampling_distance = 0;
+  int64_t max_sampling_misses = 0, min_sampling_misses = 0;
+  double max_logprob_error = 0, min_logprob_error = 0;
+  double min_stop_prob = -1;   // -1: no completion ended on a stop token
+  double seconds = 0;          // wall time of check_sample (prefill and checks)
+  double prefill_seconds = 0;  // wall time of the same prefills alone, timed apart
+  std::string first_reason;    // of the first objection, for the report
+};
+
+CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const Rules& rules,
+                        const std::vector<int32_t>& stops, int64_t vocab,
+                        model::Transformer& model);
+
+// Largest honest statistics over several summaries (smallest stop probability).
+struct HonestMaxima {
+  toploc::ChunkStats worst;
+  double max_sampling_distance = 0;
+  int64_t max_sampling_misses = 0;
+  double max_logprob_error = 0;
+  double min_stop_prob = -1;
+  void add(const CheckSummary& summary);
+};
+
+// The validator's [validator] thresholds.
+struct SuggestedThresholds {
+  toploc::Thresholds toploc;
+  double sampling_tolerance = 0;
+  int64_t max_sampling_misses = 0;
+  double max_logprob_error = 0;
+};
+
+// The rule (docs/validation.md#calibration): each threshold is at least twice the honest maximum
+// plus a little (TOPLOC: 2x + 2 mismatches, 2x + 1 for the mantissa errors; sampling tolerance
+// and log-prob error: 2x rounded up to 1-2-5 steps, at least 0.001), and never below
+// `floor` (the TOPLOC paper's strict thresholds and the tolerances measured on other hardware
+// stand until measured here). max_sampling_misses stays 0 when no honest token lay beyond the
+// tolerance.
+SuggestedThresholds suggest_thresholds(const HonestMaxima& honest,
+                                       const SuggestedThresholds& floor);
+
+// The default matrix, in each of `dtypes`: b1 t1, b8 t1, b8 t2 and b64 t2 with the paged cache;
+// b8 t2 tight; b16 t2 chunked.
+std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes);
+
+// Dishonest weights (specs/toploc.md §7), changed in place. `relative` noise adds N(0, (relative
+// x RMS of the tensor)^2) to every weight.
+void add_relative_noise(model::Transformer& model, double relative, uint64_t seed);
+// fp8 e4m3 weights, as a worker serving an fp8 copy would have: each tensor scaled so its largest
+// |w| is 448, rounded to e4m3 (fp8_e4m3_round), scaled back.
+void quantize_fp8_e4m3(model::Transformer& model);
+// Rounds to the nearest float8 e4m3 value (3 mantissa bits, ties to even, subnormals below 2^-6
+// in steps of 2^-9, saturating at ±448), returned in x's dtype.
+torch::Tensor fp8_e4m3_round(const torch::Tensor& x);
+
+// The whole calibration behind `trellis bench validate`.
+struct CalibrationOptions {
+  int64_t completions = 32;                             // per setting (at least its batch)
+  std::vector<WorkerSetting> settings;                  // calibration_matrix() of the dtypes below
+  torch::ScalarType validator_dtype = torch::kFloat32;  // the machine's default (auto)
+  std::vector<torch::ScalarType> dtypes;                // every dtype this machine runs
+  double noise = 0.01;                                  // dishonest: relative weight noise
+  uint64_t seed = 1;                                    // of the noise and of the other weights
+};
+
+// One row of the report: a setting's completions against one validator model.
+struct CalibrationRow {
+  WorkerSetting worker;
+  torch::ScalarType validator_dtype = torch::kFloat32;
+  std::string validator;  // "honest", or the dishonest weights': "noise 1%", "fp8-e4m3", ...
+  int64_t generated_tokens = 0;
+  double generation_seconds = 0;
+  int64_t preemptions = 0;
+  double proof_seconds = 0;
+  CheckSummary check;
+  bool same_dtype() const { return worker.dtype == validator_dtype; }
+};
+
+struct CalibrationReport {
+  std::vector<CalibrationRow> honest;     // same dtype as the validator's, each validator dtype
+  std::vector<CalibrationRow> cross;      // worker dtype != validator dtype
+  std::vector<CalibrationRow> dishonest;  // one setting's completions against other weights
+  HonestMaxima maxima;                    // over `honest`
+  HonestMaxima cross_maxima;              // over `cross`
+};
+
+// Runs every setting of options.settings (its dtype's model loaded from `model_dir`), checks
+// its completions against the validator model of each dtype in options.dtypes, and the
+// completions of the first setting in options.validator_dtype with 2 threads against dishonest
+// weights. on_progress(what) before each piece.
+CalibrationReport calibrate(const std::string& model_dir, const Config& config,
+                            const CalibrationOptions& options,
+                            const std::function<void(const std::string&)>& on_progress = {});
+
+}  // namespace trellis::validator

@@ -1,0 +1,250 @@
+#include "validator/file_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "common/json.h"
+#include "rl/advantages.h"
+#include "rollout/data_sampling.h"
+
+namespace trellis::validator {
+namespace {
+
+template <typename... Args>
+std::optional<Finding> finding(const char* check, fmt::format_string<Args...> f, Args&&... args) {
+  return Finding{check, fmt::format(f, std::forward<Args>(args)...)};
+}
+
+// Where a group's prompt was drawn, and the dataset's task id. Only C3PO++ files may name another
+// draw in the task_id; otherwise a group is place `group_index` of its own file's draw.
+std::pair<rollout::DrawCoordinates, std::string> draw_of(const rollout::RolloutRecord& row,
+                                                         bool partial_rollouts) {
+  if (partial_rollouts) {
+    if (auto parsed = rollout::parse_drawn_task_id(row.task_id))
+      return {parsed->second, parsed->first};
+  }
+  return {{row.step, row.submission, row.group_index}, row.task_id};
+}
+
+bool close(double got, double want, double tolerance) {
+  return std::abs(got - want) <= tolerance * (1 + std::abs(want));
+}
+
+// Rows by group_index (ascending), each group's rows in file order.
+std::map<int32_t, std::vector<size_t>> groups_of(const std::vector<rollout::RolloutRecord>& rows) {
+  std::map<int32_t, std::vector<size_t>> groups;
+  for (size_t i = 0; i < rows.size(); ++i) groups[rows[i].group_index].push_back(i);
+  return groups;
+}
+
+std::optional<Finding> check_row_schema(const rollout::RolloutRecord& r, size_t i,
+                                        const FileContext& c) {
+  const Rules& rules = c.rules;
+  const auto n = static_cast<int64_t>(r.completion_tokens.size());
+  if (n == 0) return finding("schema", "row {}: the completion is empty", i);
+  if (n > rules.rollout.max_tokens) {
+    return finding("schema", "row {}: {} completion tokens, more than rl.max_tokens = {}", i, n,
+                   rules.rollout.max_tokens);
+  }
+  if (r.prompt_tokens.empty()) return finding("schema", "row {}: the prompt is empty", i);
+  const int32_t vocab = c.prompting.tok.vocab_size();
+  for (const auto* tokens : {&r.prompt_tokens, &r.completion_tokens}) {
+    for (int32_t t : *tokens) {
+      if (t < 0 || t >= vocab)
+        return finding("schema", "row {}: token id {} is outside the vocabulary (0..{})", i, t,
+                       vocab - 1);
+    }
+  }
+  const double t = rules.rollout.sampling.temperature;
+  const float want = static_cast<float>(t > 0 ? t : 1.0);
+  if (r.temperature != want) {
+    return finding("schema", "row {}: temperature {} but the run samples at {}", i, r.temperature,
+                   want);
+  }
+  const size_t chunks = toploc::chunk_count(static_cast<size_t>(n - 1), rules.proof.chunk_rows);
+  const size_t proof_bytes = chunks * toploc::chunk_proof_bytes(rules.proof.k);
+  if ((rules.proofs || !r.proof.empty()) && r.proof.size() != proof_bytes) {
+    return finding("schema",
+                   "row {}: the proof has {} bytes; {} completion tokens need {} ({} chunk proofs "
+                   "of {} bytes)",
+                   i, r.proof.size(), n, proof_bytes, chunks,
+                   toploc::chunk_proof_bytes(rules.proof.k));
+  }
+  return std::nullopt;
+}
+
+// The structural half of termination (the probability of EOS needs the model: sample_checks.h):
+// the engine stops at the first stop id, so one may stand only last, and a completion that did
+// not stop must have reached max_tokens.
+std::optional<Finding> check_row_ending(const rollout::RolloutRecord& r, size_t i,
+                                        const std::vector<int32_t>& stops, int64_t max_tokens) {
+  const auto is_stop = [&](int32_t t) {
+    return std::find(stops.begin(), stops.end(), t) != stops.end();
+  };
+  const auto n = r.completion_tokens.size();
+  for (size_t j = 0; j + 1 < n; ++j) {
+    if (is_stop(r.completion_tokens[j]))
+      return finding("termination", "row {}: stop token {} at position {} of {}, before the end", i,
+                     r.completion_tokens[j], j, n);
+  }
+  if (r.finish_reason == "eos" && !is_stop(r.completion_tokens.back()))
+    return finding("termination",
+                   "row {}: finish_reason eos but the last token {} is not a stop token", i,
+                   r.completion_tokens.back());
+  if (r.finish_reason == "length") {
+    if (static_cast<int64_t>(n) != max_tokens)
+      return finding("termination",
+                     "row {}: finish_reason length after {} tokens, but rl.max_tokens is {} "
+                     "(a truncated completion)",
+                     i, n, max_tokens);
+    if (is_stop(r.completion_tokens.back()))
+      return finding("termination",
+                     "row {}: finish_reason length but the last token is a stop token", i);
+  }
+  return std::nullopt;
+}
+
+std::optional<Finding> check_row_bounds(const rollout::RolloutRecord& r, size_t i,
+                                        const Rules& rules, int64_t policy_version) {
+  const int64_t oldest = r.step - rules.async_level;
+  for (size_t j = 0; j < r.token_versions.size(); ++j) {
+    const int32_t v = r.token_versions[j];
+    if (v < oldest || v > policy_version)
+      return finding("bounds", "row {}: token {} claims policy version {}, outside [{}, {}]", i, j,
+                     v, oldest, policy_version);
+    if (j > 0 && v < r.token_versions[j - 1])
+      return finding("bounds", "row {}: token {} claims version {} after version {}", i, j, v,
+                     r.token_versions[j - 1]);
+  }
+  if (!(r.task_reward >= 0 && r.task_reward <= 1))
+    return finding("bounds", "row {}: task_reward {} is outside [0, 1]", i, r.task_reward);
+  const std::string finish = r.finish_reason == "eos" ? "stop" : r.finish_reason;
+  const auto n = static_cast<int64_t>(r.completion_tokens.size());
+  const double want = rl::training_reward(rules.rollout, r.task_reward, r.target_length, finish, n);
+  if (!close(r.reward, want, 1e-5)) {
+    return finding("bounds",
+                   "row {}: reward {} but task reward {} with length target {} after {} tokens "
+                   "({}) gives {}",
+                   i, r.reward, r.task_reward, r.target_length, n, r.finish_reason, want);
+  }
+  if (!close(r.length_penalty, static_cast<double>(r.task_reward) - r.reward, 1e-5))
+    return finding("bounds", "row {}: length_penalty {} is not task_reward - reward ({})", i,
+                   r.length_penalty, static_cast<double>(r.task_reward) - r.reward);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<int32_t> stop_ids(const model::Prompting& prompting) {
+  return prompting.chat ? prompting.chat_stop_ids() : prompting.stop_ids;
+}
+
+std::optional<Finding> check_file(const rollout::RolloutFile& file, const FileContext& c,
+                                  int64_t policy_version, const SeenDraws* seen) {
+  const Rules& rules = c.rules;
+  const auto& rows = file.rows;
+  if (rows.empty()) return finding("schema", "the file has no rows");
+  const auto stops = stop_ids(c.prompting);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (auto f = check_row_schema(rows[i], i, c)) return f;
+    if (auto f = check_row_ending(rows[i], i, stops, rules.rollout.max_tokens)) return f;
+  }
+
+  const auto groups = groups_of(rows);
+  const int64_t g_size = rules.rollout.group_size;
+  std::set<std::tuple<int64_t, int64_t, int64_t>> draws_here;
+  std::vector<env::Task> tasks(rows.size());  // each row's task, for the reward re-check
+  for (const auto& [index, members] : groups) {
+    const auto& first = rows[members.front()];
+    if (static_cast<int64_t>(members.size()) != g_size) {
+      return finding("schema", "group {}: {} completions, but rl.group_size is {}", index,
+                     members.size(), g_size);
+    }
+    for (size_t m : members) {
+      const auto& r = rows[m];
+      if (r.task_id != first.task_id || r.prompt_tokens != first.prompt_tokens ||
+          r.target_length != first.target_length)
+        return finding("schema", "group {}: rows {} and {} differ in task, prompt or length target",
+                       index, members.front(), m);
+    }
+
+    // Fixed data sampling: the prompt, length target and seeds of place i of the draw.
+    const auto [draw, task_id] = draw_of(first, rules.partial_rollouts);
+    const std::string at = fmt::format("group {} (draw: step {}, submission {}, place {})", index,
+                                       draw.step, draw.submission, draw.index);
+    if (draw.step > first.step)
+      return finding("data sampling", "{}: drawn for step {}, after the file's step {}", at,
+                     draw.step, first.step);
+    if (!draws_here.insert({draw.step, draw.submission, draw.index}).second ||
+        (seen && seen->count({first.node_address, draw.step, draw.submission, draw.index})))
+      return finding("data sampling", "{}: this drawn prompt was already submitted", at);
+    const auto indices = rollout::sample_prompt_indices(
+        first.node_address, draw.step, draw.submission, draw.index + 1, rules.dataset_size);
+    env::Task task;
+    try {
+      task = c.tasks.at(indices.back(), "fixed data sampling");
+    } catch (const Error& e) {
+      return finding("data sampling", "{}: {}", at, e.what());
+    }
+    if (task_id != task.task_id)
+      return finding("data sampling", "{}: task '{}', but fixed data sampling assigns '{}'", at,
+                     task_id, task.task_id);
+    const uint64_t base = rollout::sampling_seed(first.node_address, draw.step, draw.submission) +
+                          static_cast<uint64_t>(draw.index * g_size);
+    const int64_t target = rules.rollout.length.draw_target(base);
+    if (first.target_length != target)
+      return finding("data sampling", "{}: length target {}, but the draw assigns {}", at,
+                     first.target_length, target);
+    const auto prompt = rl::encode_prompt(
+        c.prompting, c.environment.build_prompt(task, {.system_prompt = rules.rollout.system_prompt,
+                                                       .length_target = target}));
+    if (first.prompt_tokens != prompt)
+      return finding("data sampling",
+                     "{}: the prompt tokens are not task '{}' rendered as the run renders it", at,
+                     task.task_id);
+    std::vector<uint64_t> seeds;
+    for (size_t m : members) seeds.push_back(static_cast<uint64_t>(rows[m].seed));
+    std::sort(seeds.begin(), seeds.end());
+    for (int64_t j = 0; j < g_size; ++j) {
+      if (seeds[j] != base + static_cast<uint64_t>(j))
+        return finding("data sampling", "{}: sample seeds are not {} .. {}", at, base,
+                       base + static_cast<uint64_t>(g_size) - 1);
+    }
+    for (size_t m : members) tasks[m] = task;
+
+    // Bounds: rewards as the run computes them, advantages by the group formula.
+    std::vector<double> rewards;
+    for (size_t m : members) {
+      if (auto f = check_row_bounds(rows[m], m, rules, policy_version)) return f;
+      rewards.push_back(rows[m].reward);
+    }
+    const auto advantages = rl::group_advantages(rewards, rules.normalize_std);
+    for (size_t j = 0; j < members.size(); ++j) {
+      if (!close(rows[members[j]].advantage, advantages[j], 1e-3))
+        return finding("bounds", "row {}: advantage {}, but the group's rewards give {}",
+                       members[j], rows[members[j]].advantage, advantages[j]);
+    }
+  }
+
+  // The verifier again, on every completion (the most expensive check here: last).
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    const std::string text =
+        json_safe_text(c.prompting.tok.decode(r.completion_tokens, /*skip_special=*/true));
+    const auto score = c.environment.score(tasks[i], text);
+    if (!close(r.task_reward, score.reward, 1e-5))
+      return finding("reward", "row {}: task_reward {}, but the verifier gives {} ({})", i,
+                     r.task_reward, score.reward, score.reason);
+  }
+  return std::nullopt;
+}
+
+void remember_draws(const rollout::RolloutFile& file, bool partial_rollouts, SeenDraws& seen) {
+  for (const auto& r : file.rows) {
+    const auto [draw, task_id] = draw_of(r, partial_rollouts);
+    seen.insert({r.node_address, draw.step, draw.submission, draw.index});
+  }
+}
+
+}  // namespace trellis::validator

@@ -1,0 +1,36 @@
+#include "validator/rules.h"
+
+#include "common/error.h"
+#include "rl/rl_loop.h"
+
+namespace trellis::validator {
+
+Rules Rules::from_config(const Config& config, int64_t dataset_size) {
+  const auto rl = rl::RlLoopConfig::from_config(config);
+  Rules r;
+  r.rollout = rl::rollout_options(rl, config);
+  r.normalize_std = rl.normalize_std;
+  r.async_level = rl.async_level;
+  r.dataset_size =
+      dataset_size > 0 ? dataset_size : config.get_at_least<int64_t>("infer.dataset_size", 1);
+  r.partial_rollouts = config.get<bool>("infer.partial_rollouts");
+  r.proofs = config.get<bool>("toploc.proofs");
+  r.thresholds.exp_mismatches =
+      static_cast<uint32_t>(config.get_at_least<int64_t>("validator.toploc_exp_mismatches", 0));
+  r.thresholds.mant_err_mean = config.get_at_least<double>("validator.toploc_mant_err_mean", 0);
+  r.thresholds.mant_err_median = config.get_at_least<double>("validator.toploc_mant_err_median", 0);
+  r.sampling_tolerance = config.get_at_least<double>("validator.sampling_tolerance", 0);
+  r.max_sampling_misses = config.get_at_least<int64_t>("validator.max_sampling_misses", 0);
+  r.max_logprob_error = config.get_at_least<double>("validator.max_logprob_error", 0);
+  r.eos_min_prob = config.get_at_least<double>("validator.eos_min_prob", 0);
+  if (r.eos_min_prob >= 1)
+    fail("validator.eos_min_prob", "must be below 1, got {}", r.eos_min_prob);
+  r.sample_fraction = config.get_at_least<double>("validator.sample_fraction", 0);
+  if (r.sample_fraction > 1)
+    fail("validator.sample_fraction", "is a fraction of a file's rows, at most 1, got {}",
+         r.sample_fraction);
+  r.min_samples = config.get_at_least<int64_t>("validator.min_samples", 0);
+  return r;
+}
+
+}  // namespace trellis::validator

@@ -1,0 +1,130 @@
+#include "validator/sample_checks.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "common/error.h"
+#include "engine/sampler.h"
+#include "toploc/proof_builder.h"
+
+namespace trellis::validator {
+namespace {
+
+// Our recomputation of one completion: logits of every completion token [N, V] (fp32) and the
+// final hidden rows [N, H] of the positions that produced them, each from the token's version.
+struct Recomputed {
+  torch::Tensor logits, hidden;
+};
+
+Recomputed recompute(const rollout::RolloutRecord& row, const ModelOf& model_of) {
+  const auto p = static_cast<int64_t>(row.prompt_tokens.size());
+  const auto n = static_cast<int64_t>(row.completion_tokens.size());
+  std::vector<int64_t> seq(row.prompt_tokens.begin(), row.prompt_tokens.end());
+  seq.insert(seq.end(), row.completion_tokens.begin(), row.completion_tokens.end() - 1);
+  const auto tokens = torch::tensor(seq);
+  const auto rows = torch::arange(p - 1, p + n - 1);
+  std::map<int32_t, std::vector<int64_t>> by_version;  // version -> the rows it produced
+  for (int64_t i = 0; i < n; ++i) by_version[row.token_versions[i]].push_back(i);
+
+  torch::NoGradGuard no_grad;
+  Recomputed out;
+  for (const auto& [version, indices] : by_version) {
+    const auto fwd =
+        model_of(version).forward(tokens, {.logits = true, .hidden = true, .rows = rows});
+    if (by_version.size() == 1) return {fwd.logits.contiguous(), fwd.hidden};
+    if (!out.logits.defined()) {
+      out.logits = torch::empty_like(fwd.logits);
+      out.hidden = torch::empty_like(fwd.hidden);
+    }
+    const auto idx = torch::tensor(indices);
+    out.logits.index_copy_(0, idx, fwd.logits.index_select(0, idx));
+    out.hidden.index_copy_(0, idx, fwd.hidden.index_select(0, idx));
+  }
+  return out;
+}
+
+}  // namespace
+
+toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict) {
+  toploc::ChunkStats w;
+  for (const auto& c : verdict.chunks) {
+    w.exp_mismatches = std::max(w.exp_mismatches, c.stats.exp_mismatches);
+    w.mant_err_mean = std::max(w.mant_err_mean, c.stats.mant_err_mean);
+    w.mant_err_median = std::max(w.mant_err_median, c.stats.mant_err_median);
+  }
+  return w;
+}
+
+SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
+                          const std::vector<int32_t>& stops, int64_t vocab,
+                          const ModelOf& model_of) {
+  SampleResult result;
+  auto& s = result.stats;
+  const auto p = static_cast<int64_t>(row.prompt_tokens.size());
+  const auto n = static_cast<int64_t>(row.completion_tokens.size());
+  s.tokens = n;
+  const Recomputed r = recompute(row, model_of);
+  if (!torch::isfinite(r.hidden).all().item<bool>() ||
+      !torch::isfinite(r.logits).all().item<bool>())
+    fail(fmt::format("row {}", row_index),
+         "the validator's own prefill produced non-finite values; it cannot judge this row");
+
+  // TOPLOC: the committed rows are 1 .. N-1 (the prefill row that produced token 0 is not).
+  if (rules.proofs || !row.proof.empty()) {
+    const auto committed = toploc::bf16_bits(r.hidden.slice(0, 1, n));
+    s.toploc = toploc::verify_proof(row.proof, committed, static_cast<size_t>(r.hidden.size(1)),
+                                    rules.thresholds, rules.proof);
+    if (!s.toploc.accepted)
+      result.findings.push_back({"toploc", fmt::format("row {}: {}", row_index, s.toploc.reason)});
+  }
+
+  // Verifiable sampling, behaviour log-probs and the stop token's probability.
+  const engine::SamplingParams& sampling = rules.rollout.sampling;
+  const double t = sampling.temperature > 0 ? sampling.temperature : 1.0;
+  const auto logits = r.logits.slice(1, 0, vocab).contiguous();
+  const auto logprobs = torch::log_softmax(logits.to(torch::kFloat64) / t, 1);
+  const auto targets = torch::tensor(
+      std::vector<int64_t>(row.completion_tokens.begin(), row.completion_tokens.end()));
+  const auto chosen = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1).contiguous();
+  const double* lp = chosen.data_ptr<double>();
+  const float* rows = logits.data_ptr<float>();
+  int64_t first_miss = -1;
+  double logprob_error = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t token = row.completion_tokens[i];
+    const double u = engine::sampling_uniform(static_cast<uint64_t>(row.seed), p + i);
+    const auto in = engine::token_interval(rows + i * vocab, vocab, sampling, token);
+    const double distance = u < in.lo ? in.lo - u : (u >= in.hi ? u - in.hi : 0.0);
+    s.max_sampling_distance = std::max(s.max_sampling_distance, distance);
+    if (distance > rules.sampling_tolerance && s.sampling_misses++ == 0) first_miss = i;
+    logprob_error += std::abs(static_cast<double>(row.completion_logprobs[i]) - lp[i]);
+  }
+  s.logprob_error = logprob_error / static_cast<double>(n);
+  if (s.sampling_misses > rules.max_sampling_misses) {
+    const int64_t i = first_miss;
+    result.findings.push_back(
+        {"sampling",
+         fmt::format("row {}: {} of {} tokens lie outside their sampling interval (the first is "
+                     "token {} = {}, of probability {:.3g}; the farthest u lies {:.3g} outside)",
+                     row_index, s.sampling_misses, n, i, row.completion_tokens[i], std::exp(lp[i]),
+                     s.max_sampling_distance)});
+  } else if (s.logprob_error > rules.max_logprob_error) {
+    result.findings.push_back(
+        {"sampling", fmt::format("row {}: behaviour log-probs differ from the policy's by {:.4f} "
+                                 "per token on average (at most {} allowed)",
+                                 row_index, s.logprob_error, rules.max_logprob_error)});
+  }
+  const int32_t last = row.completion_tokens.back();
+  if (std::find(stops.begin(), stops.end(), last) != stops.end()) {
+    s.stop_prob = std::exp(lp[n - 1]);
+    if (rules.eos_min_prob > 0 && s.stop_prob <= rules.eos_min_prob)
+      result.findings.push_back(
+          {"termination", fmt::format("row {}: ends on stop token {} whose probability there is "
+                                      "{:.3g}, not above {}",
+                                      row_index, last, s.stop_prob, rules.eos_min_prob)});
+  }
+  return result;
+}
+
+}  // namespace trellis::validator

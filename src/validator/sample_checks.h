@@ -1,0 +1,57 @@
+// The checks of one sampled completion that need the policy (specs/toploc.md §3, §4): one
+// prefill of prompt + completion[0 .. N-2] per policy version the completion claims gives the
+// final hidden rows and the logits of every completion token, and from them
+//   toploc       the worker's proof against our committed rows (positions P .. P+N-2)
+//   sampling     verifiable sampling: each token's u, regenerated from (seed, position), lies in
+//                the token's interval of our distribution (up to Rules::sampling_tolerance); the
+//                behaviour log-probs agree with ours on average (Rules::max_logprob_error)
+//   termination  with Rules::eos_min_prob > 0, a completion ending on a stop token had p(stop)
+//                above it there
+// Row i of the prefill (position P-1+i) produced token i, so it is computed with the version that
+// sampled token i: a C3PO++ completion that spans versions is recomputed piecewise, exactly as the
+// engine re-prefilled it after each weight swap.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "model/transformer.h"
+#include "rollout/rollout_record.h"
+#include "toploc/verify.h"
+#include "validator/finding.h"
+#include "validator/rules.h"
+
+namespace trellis::validator {
+
+// The policy of a version, loaded (the validator's policy cache, or one model offline).
+using ModelOf = std::function<model::Transformer&(int64_t version)>;
+
+// What the checks measured on one completion (the calibration reads these).
+struct SampleStats {
+  int64_t tokens = 0;
+  toploc::Verdict toploc;            // per chunk: exponent mismatches, mantissa error mean/median
+  double max_sampling_distance = 0;  // the farthest any u lay outside its token's interval
+  int64_t sampling_misses = 0;       // tokens farther than Rules::sampling_tolerance
+  double logprob_error = 0;          // mean |behaviour log-prob - recomputed log-prob|
+  double stop_prob = -1;             // p(last token) when the completion ends on a stop token
+};
+
+struct SampleResult {
+  std::vector<Finding> findings;  // empty: the completion passed every check
+  SampleStats stats;
+};
+
+// Checks row `row_index` of a file (already through check_file: lengths and ids are sane).
+// `vocab` is the tokenizer's size (the engine samples ids below it); `stops` the stop ids.
+// Error (not a finding) when our own recomputed rows are not finite: the validator, not the
+// worker, cannot judge then.
+SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
+                          const std::vector<int32_t>& stops, int64_t vocab,
+                          const ModelOf& model_of);
+
+// Worst statistics over chunks (0 for an empty verdict).
+toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict);
+
+}  // namespace trellis::validator

@@ -1,0 +1,129 @@
+#include "validator/validator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "common/error.h"
+#include "env/registry.h"
+#include "rl/rl_loop.h"
+#include "rollout/signing.h"
+
+namespace trellis::validator {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Every row must be the expected submission's: the orchestrator checked this at upload, and a
+// validator trusts nothing it did not check itself.
+std::optional<Finding> check_binding(const rollout::RolloutFile& file, const Expected& e) {
+  for (size_t i = 0; i < file.rows.size(); ++i) {
+    const auto& r = file.rows[i];
+    if (r.run_id != e.run_id || r.node_address != e.node_address || r.step != e.step ||
+        r.submission != e.submission) {
+      return Finding{"step binding",
+                     fmt::format("row {} belongs to run {}, node {}, step {}, submission {}, not "
+                                 "to this submission (run {}, node {}, step {}, submission {})",
+                                 i, r.run_id, r.node_address, r.step, r.submission, e.run_id,
+                                 e.node_address, e.step, e.submission)};
+    }
+  }
+  try {
+    rollout::verify_file_signature(file, e.node_address, "the submission");
+  } catch (const Error& err) {
+    return Finding{"signature", err.what()};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string Report::summary() const {
+  toploc::ChunkStats worst;
+  double distance = 0, logprob = 0;
+  for (const auto& s : samples) {
+    const auto w = worst_chunk(s.toploc);
+    worst.exp_mismatches = std::max(worst.exp_mismatches, w.exp_mismatches);
+    worst.mant_err_mean = std::max(worst.mant_err_mean, w.mant_err_mean);
+    worst.mant_err_median = std::max(worst.mant_err_median, w.mant_err_median);
+    distance = std::max(distance, s.max_sampling_distance);
+    logprob = std::max(logprob, s.logprob_error);
+  }
+  const double seconds = file_seconds + model_seconds;
+  return fmt::format(
+      "{} rows ({} tokens), {} checked by prefill ({} tokens): worst chunk {} exponent mismatches, "
+      "mantissa error mean {:.2f} median {:.0f}; sampling distance {:.2g}, log-prob error {:.3f}; "
+      "{:.2f} s ({:.2f} s file checks), {:.0f} tokens/s validated",
+      rows, tokens, checked, checked_tokens, worst.exp_mismatches, worst.mant_err_mean,
+      worst.mant_err_median, distance, logprob, seconds, file_seconds,
+      static_cast<double>(tokens) / std::max(seconds, 1e-9));
+}
+
+Validator::Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of)
+    : prompting_(prompting),
+      model_of_(std::move(model_of)),
+      environment_(env::make_environment(config)),
+      stops_(stop_ids(prompting)),
+      rng_(std::random_device{}()) {
+  // The task source of every worker (inference_worker.cpp): the run's seed orders it.
+  tasks_ = std::make_unique<rl::TaskSource>(*environment_, config,
+                                            rl::RlLoopConfig::from_config(config).seed);
+  rules_ = std::make_unique<Rules>(Rules::from_config(config, tasks_->dataset_size()));
+}
+
+std::vector<size_t> Validator::choose_rows(size_t rows) {
+  const auto want = std::max<size_t>(
+      static_cast<size_t>(rules_->min_samples),
+      static_cast<size_t>(std::ceil(rules_->sample_fraction * static_cast<double>(rows))));
+  std::vector<size_t> all(rows);
+  for (size_t i = 0; i < rows; ++i) all[i] = i;
+  std::shuffle(all.begin(), all.end(), rng_);
+  all.resize(std::min(rows, want));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+Report Validator::validate(std::string_view bytes, const Expected& expected) {
+  Report report;
+  const double t0 = now_s();
+  std::vector<Finding> findings;
+  rollout::RolloutFile file;
+  try {
+    file = rollout::decode_rollout_file(bytes, "the submission");
+  } catch (const Error& e) {
+    findings.push_back({"schema", e.what()});
+  }
+  report.rows = static_cast<int64_t>(file.rows.size());
+  for (const auto& r : file.rows) report.tokens += static_cast<int64_t>(r.completion_tokens.size());
+  if (findings.empty()) {
+    if (auto f = check_binding(file, expected)) findings.push_back(*f);
+  }
+  if (findings.empty()) {
+    const FileContext context{*rules_, *environment_, *tasks_, prompting_};
+    if (auto f = check_file(file, context, expected.policy_version, &seen_)) findings.push_back(*f);
+  }
+  report.file_seconds = now_s() - t0;
+  if (findings.empty()) {
+    const int64_t vocab = prompting_.tok.vocab_size();
+    for (size_t i : choose_rows(file.rows.size())) {
+      auto result = check_sample(file.rows[i], i, *rules_, stops_, vocab, model_of_);
+      ++report.checked;
+      report.checked_tokens += result.stats.tokens;
+      report.samples.push_back(std::move(result.stats));
+      findings.insert(findings.end(), result.findings.begin(), result.findings.end());
+    }
+  }
+  report.model_seconds = now_s() - t0 - report.file_seconds;
+  report.accepted = findings.empty();
+  constexpr size_t kListed = 4;  // the orchestrator keeps reasons short
+  for (size_t i = 0; i < std::min(findings.size(), kListed); ++i)
+    report.reason += (i ? "; " : "") + findings[i].text();
+  if (findings.size() > kListed)
+    report.reason += fmt::format("; and {} more findings", findings.size() - kListed);
+  if (report.accepted) remember_draws(file, rules_->partial_rollouts, seen_);
+  return report;
+}
+
+}  // namespace trellis::validator

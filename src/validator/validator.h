@@ -1,0 +1,66 @@
+// One validator's judgement of a submission (specs/toploc.md §5, §6): the file is decoded with
+// the strict schema and checked whole (binding to its node, step and submission, the node's
+// signature, file_checks.h), then a random subset of its completions, which the worker cannot
+// predict, goes through the model checks (sample_checks.h). Every finding is collected into the
+// reject reason, each starting with the name of its check.
+//
+// Not thread-safe: one validation at a time (the policies it recomputes with are shared).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "env/environment.h"
+#include "model/prompting.h"
+#include "rl/task_source.h"
+#include "validator/file_checks.h"
+#include "validator/sample_checks.h"
+
+namespace trellis::validator {
+
+// What the orchestrator says a submission is: every row must belong to it.
+struct Expected {
+  std::string run_id, node_address;
+  int64_t step = 0, submission = 0;
+  int64_t policy_version = 0;  // the newest published when the submission was claimed
+};
+
+struct Report {
+  bool accepted = false;
+  std::string reason;                       // the findings, "; "-joined; empty when accepted
+  int64_t rows = 0, tokens = 0;             // in the file
+  int64_t checked = 0, checked_tokens = 0;  // through the model checks
+  std::vector<SampleStats> samples;         // one per checked completion
+  double file_seconds = 0, model_seconds = 0;
+  // One line for logs: rows, checked, worst TOPLOC statistics and sampling distance, times.
+  std::string summary() const;
+};
+
+class Validator {
+ public:
+  // The run's rules, environment and task source come from `config` (the same task seed workers
+  // use); `model_of` gives the policy of each claimed version.
+  Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of);
+
+  Report validate(std::string_view bytes, const Expected& expected);
+
+  const Rules& rules() const { return *rules_; }
+
+ private:
+  std::vector<size_t> choose_rows(size_t rows);
+
+  const model::Prompting& prompting_;
+  ModelOf model_of_;
+  std::unique_ptr<env::Environment> environment_;
+  std::unique_ptr<rl::TaskSource> tasks_;
+  std::unique_ptr<Rules> rules_;
+  std::vector<int32_t> stops_;
+  SeenDraws seen_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace trellis::validator

@@ -1,0 +1,246 @@
+// The attack suite (specs/toploc.md §7): one `trellis run` (orchestrator, trainer, relay, an
+// honest worker and a validator as separate processes) while trellis_attack plays every row of
+// the attack matrix as a node of its own. Each test asserts that one attack was rejected by the
+// check the matrix names; the honest worker, and an attacker process playing honest as a control,
+// are never rejected.
+#include <future>
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cli/run_cli.h"
+#include "cli/trellis_process.h"
+#include "common/files.h"
+#include "common/identity.h"
+#include "orchestrator/client.h"
+
+namespace trellis::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool wait_for(const std::function<bool()>& ready, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return false;
+}
+
+std::string read_url(const fs::path& file) {
+  std::string url = read_file(file);
+  while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+  return url;
+}
+
+CliResult run_attack(const std::string& args) {
+  const std::string cmd = std::string(TRELLIS_ATTACK_BIN) + " " + args + " 2>&1 </dev/null";
+  CliResult r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// The checks that may name each attack's rejection (the reason's first word, or a later finding).
+const std::map<std::string, std::vector<std::string>>& expected_checks() {
+  static const std::map<std::string, std::vector<std::string>> m = {
+      {"noisy_weights", {"toploc:"}},
+      {"older_policy", {"toploc:"}},
+      {"fp8_weights", {"toploc:"}},
+      {"small_model", {"sampling:"}},
+      {"edited_tokens", {"sampling:"}},
+      {"truncated", {"termination:"}},
+      {"early_eos", {"termination:", "sampling:"}},
+      {"cherry_picked", {"data sampling:"}},
+      {"repeated_prompts", {"data sampling:"}},
+      {"inflated_rewards", {"reward:", "bounds:"}},
+      {"inflated_advantages", {"bounds:"}},
+      {"wrong_proof_length", {"schema:"}},
+      {"malformed_file", {"schema:"}},
+      {"replayed_file", {"step binding:", "signature:"}},
+      {"replayed_resigned", {"data sampling:"}},
+  };
+  return m;
+}
+
+class Attacks : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fresh_dir("attacks");
+    fs::create_directories(dir_);
+    const std::string example = std::string(TRELLIS_SOURCE_DIR) + "/examples/quickstart.toml";
+    // A warm start that ends its answers (random weights never do: no step would fill), and an
+    // unrelated model for the cheap-model attack.
+    auto r = run_trellis("model init --preset tiny --seed 1 --out " + (dir_ / "base").string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    r = run_trellis("model init --preset tiny --seed 2 --out " + (dir_ / "other").string());
+    ASSERT_EQ(r.status, 0) << r.output;
+    const fs::path warm = dir_ / "warm";
+    r = run_trellis("sft " + example + " --set sft.steps=150 --set sft.eval_tasks=0" +
+                    " --set compute.threads=1 --set model.path=" + (dir_ / "base").string() +
+                    " --set sft.out=" + warm.string() + " --run-dir " + (dir_ / "sft").string());
+    ASSERT_EQ(r.status, 0) << r.output;
+
+    // Every completion is checked by prefill, so that an attack on one row cannot slip through.
+    run_dir_ = dir_ / "run";
+    run_ = std::make_unique<TrellisProcess>(
+        std::vector<std::string>{"run",       example,
+                                 "--set",     "model.path=" + warm.string(),
+                                 "--set",     "rl.steps=40",
+                                 "--set",     "rl.batch_size=32",
+                                 "--set",     "run.workers=1",
+                                 "--set",     "infer.groups_per_submission=2",
+                                 "--set",     "infer.poll_s=0.1",
+                                 "--set",     "validator.sample_fraction=1",
+                                 "--set",     "validator.poll_s=0.1",
+                                 "--set",     "trainer.checkpoint_every=0",
+                                 "--run-dir", run_dir_.string()});
+    const fs::path relay_url = run_dir_ / "shardcast" / "relay-0" / "relay.url";
+    ASSERT_TRUE(wait_for(
+        [&] { return fs::exists(relay_url) && fs::exists(run_dir_ / "orchestrator.url"); }, 180))
+        << run_->log();
+    url_ = read_url(run_dir_ / "orchestrator.url");
+
+    // Every attacker at once, each a node of its own; the honest control too.
+    std::vector<std::pair<std::string, std::future<CliResult>>> runs;
+    auto names = std::vector<std::string>{"honest"};
+    for (const auto& [name, checks] : expected_checks()) names.push_back(name);
+    for (const auto& name : names) {
+      std::string args = (run_dir_ / "config.toml").string() + " --run-dir " +
+                         (dir_ / "attackers").string() + " --attack " + name + " --other-model " +
+                         (dir_ / "other").string() + " --set orchestrator.url=" + url_ +
+                         " --set shardcast.relay_urls=[\\\"" + read_url(relay_url) + "\\\"]" +
+                         " --set compute.threads=1";
+      if (name == "older_policy") args += " --min-version 3";
+      runs.emplace_back(name, std::async(std::launch::async, [args] { return run_attack(args); }));
+    }
+    for (auto& [name, future] : runs) {
+      const CliResult result = future.get();
+      outputs_[name] = result.output;
+      if (result.status != 0) continue;
+      const auto line = result.output.substr(result.output.rfind('{'));
+      nodes_[name] = Json::parse(line).at("node").get<std::string>();
+    }
+
+    // Every attack decided (no submission of an attacker still waits for a verdict).
+    orchestrator::Client client(url_);
+    ASSERT_TRUE(wait_for(
+        [&] {
+          for (const auto& s : client.submissions()) {
+            if (s.status == "validating" || s.status == "pending") {
+              for (const auto& [name, node] : nodes_)
+                if (s.key.node_address == node) return false;
+            }
+          }
+          return true;
+        },
+        300))
+        << read_file(run_dir_ / "logs" / "validator-0.log");
+    submissions_ = client.submissions();
+    nodes_seen_ = client.nodes();
+    honest_worker_ = Identity::load_or_create(run_dir_ / "keys" / "worker-0.key").address();
+    run_->stop(SIGINT, std::chrono::seconds(60));
+  }
+
+  static void TearDownTestSuite() {
+    run_.reset();
+    // A failed suite leaves the run (logs, rejected files) for a look.
+    if (::testing::UnitTest::GetInstance()->failed_test_count() == 0) {
+      fs::remove_all(dir_);
+    } else {
+      std::fprintf(stderr, "the attack run is left in %s\n", dir_.c_str());
+    }
+  }
+
+  // The submissions of `attack`'s node, with every rejection reason.
+  static std::vector<orchestrator::Submission> of(const std::string& attack) {
+    std::vector<orchestrator::Submission> out;
+    const auto node = nodes_.find(attack);
+    if (node == nodes_.end()) return out;
+    for (const auto& s : submissions_)
+      if (s.key.node_address == node->second) out.push_back(s);
+    return out;
+  }
+
+  static void expect_rejected(const std::string& attack) {
+    ASSERT_TRUE(nodes_.count(attack)) << attack << " did not upload:\n" << outputs_[attack];
+    const auto subs = of(attack);
+    ASSERT_FALSE(subs.empty()) << attack;
+    for (const auto& s : subs) {
+      if (s.status == "pending") continue;  // an upload URL it never used
+      EXPECT_EQ(s.status, "rejected") << attack << ": " << s.reason;
+      bool named = false;
+      for (const auto& check : expected_checks().at(attack))
+        named = named || s.reason.find(check) != std::string::npos;
+      EXPECT_TRUE(named) << attack << " was rejected for another reason: " << s.reason;
+    }
+  }
+
+  static inline fs::path dir_, run_dir_;
+  static inline std::string url_, honest_worker_;
+  static inline std::unique_ptr<TrellisProcess> run_;
+  static inline std::map<std::string, std::string> nodes_, outputs_;
+  static inline std::vector<orchestrator::Submission> submissions_;
+  static inline std::vector<orchestrator::Node> nodes_seen_;
+};
+
+TEST_F(Attacks, HonestWorkersAreNeverRejected) {
+  int64_t accepted = 0;
+  for (const auto& s : submissions_) {
+    if (s.key.node_address != honest_worker_) continue;
+    EXPECT_NE(s.status, "rejected") << s.reason;
+    accepted += s.status == "accepted";
+  }
+  EXPECT_GT(accepted, 0);
+  ASSERT_TRUE(nodes_.count("honest")) << outputs_["honest"];
+  for (const auto& s : of("honest")) EXPECT_NE(s.status, "rejected") << s.reason;
+}
+
+TEST_F(Attacks, DifferentWeightsAreCaughtByTheProof) { expect_rejected("noisy_weights"); }
+TEST_F(Attacks, AnOlderPolicyThanClaimedIsCaughtByTheProof) { expect_rejected("older_policy"); }
+TEST_F(Attacks, Fp8WeightsAreCaughtByTheProof) { expect_rejected("fp8_weights"); }
+TEST_F(Attacks, TokensOfACheaperModelAreCaughtBySampling) { expect_rejected("small_model"); }
+TEST_F(Attacks, EditedTokensAreCaughtBySampling) { expect_rejected("edited_tokens"); }
+TEST_F(Attacks, ATruncatedCompletionIsCaughtByTermination) { expect_rejected("truncated"); }
+TEST_F(Attacks, AForcedEarlyEosIsCaughtByTerminationOrSampling) { expect_rejected("early_eos"); }
+TEST_F(Attacks, CherryPickedPromptsAreCaughtByFixedDataSampling) {
+  expect_rejected("cherry_picked");
+}
+TEST_F(Attacks, RepeatedPromptsAreCaughtByFixedDataSampling) {
+  expect_rejected("repeated_prompts");
+}
+TEST_F(Attacks, InflatedRewardsAreCaughtByTheRewardRecheck) { expect_rejected("inflated_rewards"); }
+TEST_F(Attacks, InflatedAdvantagesAreCaughtByBounds) { expect_rejected("inflated_advantages"); }
+TEST_F(Attacks, AProofOfTheWrongLengthIsCaughtBySchema) { expect_rejected("wrong_proof_length"); }
+TEST_F(Attacks, AMalformedFileIsCaughtBySchema) { expect_rejected("malformed_file"); }
+TEST_F(Attacks, AFileReplayedFromAnotherNodeIsCaughtByStepBinding) {
+  expect_rejected("replayed_file");
+}
+TEST_F(Attacks, AReplayedFileResignedAsItsOwnIsCaughtByFixedDataSampling) {
+  expect_rejected("replayed_resigned");
+}
+
+// A validator's reject marks the node and evicts it (orchestrator.evict_on_reject); what the
+// orchestrator refuses at upload (a malformed or replayed file) never reaches a validator.
+TEST_F(Attacks, NodesRejectedByTheValidatorAreMarkedAndEvicted) {
+  for (const auto& [attack, checks] : expected_checks()) {
+    if (attack == "malformed_file" || attack == "replayed_file") continue;
+    const auto node = nodes_.find(attack);
+    if (node == nodes_.end()) continue;  // its own test reports that it never uploaded
+    const auto it = std::find_if(nodes_seen_.begin(), nodes_seen_.end(),
+                                 [&](const auto& n) { return n.address == node->second; });
+    ASSERT_NE(it, nodes_seen_.end()) << attack;
+    EXPECT_TRUE(it->evicted) << attack;
+    EXPECT_GE(it->rejections, 1) << attack;
+    EXPECT_NE(it->last_rejection.find("validator"), std::string::npos) << it->last_rejection;
+  }
+}
+
+}  // namespace
+}  // namespace trellis::test

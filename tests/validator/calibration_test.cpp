@@ -1,0 +1,129 @@
+// Calibration (validator/calibration.h) on a tiny random model: honest completions generated as a
+// worker generates them, under two settings that change the numerics (a batch of 4 with the
+// default paged cache, and a tight cache that preempts and re-prefills), pass the validator's
+// model checks with the default rules; the same completions checked against another model's
+// weights fail TOPLOC. Also the fp8 e4m3 rounding and the threshold rule on known values.
+#include "validator/calibration.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+
+#include "common/config.h"
+#include "model/checkpoint.h"
+#include "model/presets.h"
+#include "validator/file_checks.h"
+
+namespace trellis::validator {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Calibration : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("trellis_calibration_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    model::init_model_dir(dir_, model::Arch::Qwen3, "tiny", 3);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  static fs::path dir_;
+  // A random model rarely samples its end token, and where it does its probability is ~1/vocab:
+  // such an ending is honest but fails the termination rule, which is not calibrated here.
+  Config config_ = Config::resolve({}, {"env.name=\"reverse_text\"", "rl.group_size=4",
+                                        "rl.max_tokens=40", "validator.eos_min_prob=0"});
+};
+fs::path Calibration::dir_;
+
+TEST_F(Calibration, HonestCompletionsPassAndFailAgainstOtherWeights) {
+  auto model = model::load_transformer(dir_, {torch::kCPU, torch::kFloat32});
+  const auto prompting = model::Prompting::load(dir_, model->config());
+  const auto rules = Rules::from_config(config_, 0);
+  const auto stops = stop_ids(prompting);
+  const int64_t vocab = prompting.tok.vocab_size();
+
+  HonestMaxima maxima;
+  std::vector<HonestRun> runs;
+  for (const auto layout : {KvLayout::kPaged, KvLayout::kTight}) {
+    const WorkerSetting setting{4, 1, layout, torch::kFloat32};
+    runs.push_back(generate_honest(*model, prompting, config_, setting, 8));
+    const auto& run = runs.back();
+    ASSERT_EQ(run.rows.size(), 8u) << setting.describe();
+    EXPECT_GT(run.tokens, 0);
+    for (const auto& row : run.rows) {
+      ASSERT_FALSE(row.completion_tokens.empty());
+      if (row.completion_tokens.size() > 1) EXPECT_FALSE(row.proof.empty());
+    }
+    if (layout == KvLayout::kTight) EXPECT_GT(run.preemptions, 0) << "the tight cache preempts";
+    const auto check = check_rows(run.rows, rules, stops, vocab, *model);
+    EXPECT_EQ(check.completions, 8);
+    EXPECT_EQ(check.passed, 8) << setting.describe() << ": " << check.first_reason;
+    EXPECT_TRUE(check.failed.empty());
+    maxima.add(check);
+  }
+  EXPECT_GE(maxima.worst.mant_err_mean, 0);
+  EXPECT_GE(maxima.worst.mant_err_median, 0);
+  EXPECT_GE(maxima.max_sampling_distance, 0);
+  EXPECT_GE(maxima.max_logprob_error, 0);
+  EXPECT_LE(maxima.worst.exp_mismatches, rules.thresholds.exp_mismatches);
+  EXPECT_LE(maxima.worst.mant_err_mean, rules.thresholds.mant_err_mean);
+
+  // Another model (another seed of `model init`): the worker's proofs are not its rows.
+  const fs::path other_dir = dir_.string() + "_other";
+  model::init_model_dir(other_dir, model::Arch::Qwen3, "tiny", 4);
+  auto other = model::load_transformer(other_dir, {torch::kCPU, torch::kFloat32});
+  fs::remove_all(other_dir);
+  for (const auto& run : runs) {
+    const auto check = check_rows(run.rows, rules, stops, vocab, *other);
+    EXPECT_EQ(check.passed, 0);
+    EXPECT_EQ(check.failed.at("toploc"), check.completions) << check.first_reason;
+    EXPECT_GT(check.least.exp_mismatches, rules.thresholds.exp_mismatches);
+  }
+
+  // 1% noise on the weights is caught by the proofs as well.
+  add_relative_noise(*model, 0.01, 1);
+  const auto noisy = check_rows(runs[0].rows, rules, stops, vocab, *model);
+  EXPECT_GT(noisy.failed.count("toploc"), 0u) << "worst chunk " << noisy.worst.exp_mismatches;
+}
+
+TEST(Fp8E4m3, RoundsToThreeMantissaBitsWithinRange) {
+  const auto x = torch::tensor({0.0, 1.0, 1.0625, 1.1875, 0.3, -0.3, 448.0, 470.0, 1e6, -1e6,
+                                0.015625, 0.001953125, 0.0009, 0.003},
+                               torch::kFloat64);
+  const auto y = fp8_e4m3_round(x);
+  const std::vector<double> want = {0.0,      1.0,         1.0,   1.25,      0.3125,
+                                    -0.3125,  448.0,       448.0, 448.0,     -448.0,
+                                    0.015625, 0.001953125, 0.0,   0.00390625};
+  ASSERT_EQ(y.scalar_type(), torch::kFloat64);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_DOUBLE_EQ(y[static_cast<int64_t>(i)].item<double>(), want[i]) << "x[" << i << "]";
+}
+
+TEST(SuggestThresholds, TwiceTheHonestMaximaAndNeverBelowTheFloor) {
+  HonestMaxima honest;
+  honest.worst = {5, 1.3, 2};
+  honest.max_sampling_distance = 0.0031;
+  honest.max_logprob_error = 0.012;
+  SuggestedThresholds floor;
+  floor.toploc = toploc::Thresholds::strict();
+  auto t = suggest_thresholds(honest, floor);
+  EXPECT_EQ(t.toploc.exp_mismatches, 38u);  // 2 * 5 + 2 = 12 < 38
+  EXPECT_EQ(t.toploc.mant_err_mean, 10);
+  EXPECT_EQ(t.toploc.mant_err_median, 8);
+  EXPECT_DOUBLE_EQ(t.sampling_tolerance, 0.01);  // 2 * 0.0031 = 0.0062 -> 0.01
+  EXPECT_EQ(t.max_sampling_misses, 0);
+  EXPECT_DOUBLE_EQ(t.max_logprob_error, 0.05);  // 0.024 -> 0.05
+
+  honest.worst = {20, 6.2, 4};
+  honest.max_sampling_distance = 0;
+  t = suggest_thresholds(honest, floor);
+  EXPECT_EQ(t.toploc.exp_mismatches, 42u);
+  EXPECT_EQ(t.toploc.mant_err_mean, 14);
+  EXPECT_EQ(t.toploc.mant_err_median, 9);
+  EXPECT_DOUBLE_EQ(t.sampling_tolerance, 0.001);  // the smallest step
+}
+
+}  // namespace
+}  // namespace trellis::validator
