@@ -37,6 +37,7 @@ int toploc_verify(const VerifyFlags& flags) {
   const auto stops = validator::stop_ids(prompting);
   const validator::ModelOf model_of = [&](int64_t) -> model::Transformer& { return *model; };
   int64_t failed = 0;
+  std::vector<validator::SampleStats> all;
   toploc::ChunkStats worst;
   double distance = 0;
   for (size_t i = 0; i < file.rows.size(); ++i) {
@@ -53,6 +54,7 @@ int toploc_verify(const VerifyFlags& flags) {
     worst.mant_err_mean = std::max(worst.mant_err_mean, w.mant_err_mean);
     worst.mant_err_median = std::max(worst.mant_err_median, w.mant_err_median);
     distance = std::max(distance, result.stats.max_sampling_distance);
+    all.push_back(result.stats);
     std::string verdict = "ok";
     if (!result.findings.empty()) {
       ++failed;
@@ -66,13 +68,18 @@ int toploc_verify(const VerifyFlags& flags) {
         w.exp_mismatches, w.mant_err_mean, w.mant_err_median, result.stats.max_sampling_distance,
         result.stats.logprob_error, verdict.c_str());
   }
+  const auto average = validator::average_chunks(all);
+  const bool average_ok = average.mant_err_mean <= rules.toploc_file_mant_err_mean;
   std::printf(
       "%zu rows, %lld failed; worst chunk %u exponent mismatches, mantissa error mean %.2f, "
-      "median %.0f (thresholds %u / %.1f / %.1f); worst sampling distance %.2g (tolerance %g)\n",
+      "median %.0f (thresholds %u / %.1f / %.1f); %lld chunks average %.2f (at most %.2f: %s); "
+      "worst sampling distance %.2g (tolerance %g)\n",
       file.rows.size(), static_cast<long long>(failed), worst.exp_mismatches, worst.mant_err_mean,
       worst.mant_err_median, rules.thresholds.exp_mismatches, rules.thresholds.mant_err_mean,
-      rules.thresholds.mant_err_median, distance, rules.sampling_tolerance);
-  return failed == 0 ? 0 : 1;
+      rules.thresholds.mant_err_median, static_cast<long long>(average.chunks),
+      average.mant_err_mean, rules.toploc_file_mant_err_mean, average_ok ? "ok" : "FAIL", distance,
+      rules.sampling_tolerance);
+  return failed == 0 && average_ok ? 0 : 1;
 }
 
 }  // namespace

@@ -115,6 +115,7 @@ min_samples = 4         # ... at least this many (every completion of a smaller 
 toploc_exp_mismatches = 38  # a proof chunk fails above this many exponent mismatches (of k = 128)
 toploc_mant_err_mean = 10.0  # ... or above this mean mantissa error
 toploc_mant_err_median = 8.0  # ... or above this median mantissa error
+toploc_file_mant_err_mean = 1.0  # ... and a file fails when its checked chunks average above this
 sampling_tolerance = 0.02  # a token's u may lie this far outside its interval (numerical noise)
 max_sampling_misses = 0  # tokens per completion allowed beyond that tolerance
 max_logprob_error = 0.05  # mean |behaviour log-prob - the policy's| per completion token

@@ -21,6 +21,8 @@
 namespace trellis::validator {
 namespace {
 
+constexpr int64_t kPackedTokens = 4096;  // tokens per packed forward (the trainer's default)
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -186,6 +188,32 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
                   {.logits = true, .hidden = true, .rows = torch::arange(p - 1, p + n - 1)});
   }
   s.prefill_seconds = now_s() - t1;
+
+  const double t2 = now_s();
+  std::vector<int64_t> tokens, positions, lens, out_rows;
+  const auto flush = [&] {
+    if (lens.empty()) return;
+    model.forward_packed(torch::tensor(tokens), torch::tensor(positions), lens,
+                         {.logits = true, .hidden = true, .rows = torch::tensor(out_rows)});
+    tokens.clear();
+    positions.clear();
+    lens.clear();
+    out_rows.clear();
+  };
+  for (const auto& row : rows) {
+    const auto n = static_cast<int64_t>(row.completion_tokens.size());
+    if (n == 0) continue;
+    const auto p = static_cast<int64_t>(row.prompt_tokens.size());
+    if (!lens.empty() && static_cast<int64_t>(tokens.size()) + p + n - 1 > kPackedTokens) flush();
+    const auto offset = static_cast<int64_t>(tokens.size());
+    tokens.insert(tokens.end(), row.prompt_tokens.begin(), row.prompt_tokens.end());
+    tokens.insert(tokens.end(), row.completion_tokens.begin(), row.completion_tokens.end() - 1);
+    for (int64_t i = 0; i < p + n - 1; ++i) positions.push_back(i);
+    for (int64_t i = 0; i < n; ++i) out_rows.push_back(offset + p - 1 + i);
+    lens.push_back(p + n - 1);
+  }
+  flush();
+  s.packed_seconds = now_s() - t2;
   return s;
 }
 
@@ -215,6 +243,15 @@ SuggestedThresholds suggest_thresholds(const HonestMaxima& honest,
   t.max_logprob_error =
       std::max(floor.max_logprob_error, round_up_125(2 * honest.max_logprob_error));
   return t;
+}
+
+SuggestedThresholds unmeasured_floor() {
+  SuggestedThresholds f;
+  f.toploc = toploc::Thresholds::strict();
+  f.sampling_tolerance = 0.02;
+  f.max_sampling_misses = 0;
+  f.max_logprob_error = 0.05;
+  return f;
 }
 
 std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes) {

@@ -76,6 +76,8 @@ struct CheckSummary {
   double min_stop_prob = -1;   // -1: no completion ended on a stop token
   double seconds = 0;          // wall time of check_sample (prefill and checks)
   double prefill_seconds = 0;  // wall time of the same prefills alone, timed apart
+  double packed_seconds = 0;   // ... packed into forwards of up to 4096 tokens, as the trainer
+                               // scores (what a validator batching its samples would pay)
   std::string first_reason;    // of the first objection, for the report
 };
 
@@ -103,12 +105,16 @@ struct SuggestedThresholds {
 
 // The rule (docs/validation.md#calibration): each threshold is at least twice the honest maximum
 // plus a little (TOPLOC: 2x + 2 mismatches, 2x + 1 for the mantissa errors; sampling tolerance
-// and log-prob error: 2x rounded up to 1-2-5 steps, at least 0.001), and never below
-// `floor` (the TOPLOC paper's strict thresholds and the tolerances measured on other hardware
-// stand until measured here). max_sampling_misses stays 0 when no honest token lay beyond the
-// tolerance.
+// and log-prob error: 2x rounded up to 1-2-5 steps, at least 0.001), and never below `floor`.
+// max_sampling_misses stays the floor's: a tolerance above every honest distance leaves no
+// honest token outside it.
 SuggestedThresholds suggest_thresholds(const HonestMaxima& honest,
                                        const SuggestedThresholds& floor);
+
+// The floor for hardware and models this calibration cannot run (GPUs, large vocabularies and
+// the large logits of trained models, whose bf16 noise is larger): the TOPLOC paper's strict
+// 38 / 10 / 8, measured across GPUs, sampling tolerance 0.02, no misses, log-prob error 0.05.
+SuggestedThresholds unmeasured_floor();
 
 // The default matrix, in each of `dtypes`: b1 t1, b8 t1, b8 t2 and b64 t2 with the paged cache;
 // b8 t2 tight; b16 t2 chunked.

@@ -19,6 +19,8 @@ Rules Rules::from_config(const Config& config, int64_t dataset_size) {
       static_cast<uint32_t>(config.get_at_least<int64_t>("validator.toploc_exp_mismatches", 0));
   r.thresholds.mant_err_mean = config.get_at_least<double>("validator.toploc_mant_err_mean", 0);
   r.thresholds.mant_err_median = config.get_at_least<double>("validator.toploc_mant_err_median", 0);
+  r.toploc_file_mant_err_mean =
+      config.get_at_least<double>("validator.toploc_file_mant_err_mean", 0);
   r.sampling_tolerance = config.get_at_least<double>("validator.sampling_tolerance", 0);
   r.max_sampling_misses = config.get_at_least<int64_t>("validator.max_sampling_misses", 0);
   r.max_logprob_error = config.get_at_least<double>("validator.max_logprob_error", 0);

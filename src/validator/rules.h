@@ -23,7 +23,10 @@ struct Rules {
   bool partial_rollouts = false;  // C3PO++ files name each group's draw in its task_id
   bool proofs = true;             // every completion must carry a TOPLOC proof
 
-  toploc::Thresholds thresholds;  // [validator] toploc_* (calibrated defaults, docs/toploc.md)
+  toploc::Thresholds thresholds;  // per chunk: [validator] toploc_* (docs/validation.md)
+  // The mantissa error averaged over every chunk a file's checked completions have
+  // (sample_checks.h: average_chunks) may not exceed this.
+  double toploc_file_mant_err_mean = 1.0;
   toploc::ProofConfig proof;
   // Verifiable sampling: a sampled token's u may fall this far outside its interval of the
   // recomputed distribution (numerical noise between the worker's decode and our prefill).

@@ -44,6 +44,20 @@ Recomputed recompute(const rollout::RolloutRecord& row, const ModelOf& model_of)
   return out;
 }
 
+// How far an honest worker's cumulative distribution may lie from ours in each row. Logits come
+// out of the LM head in the compute dtype, so an honest worker's logit can differ from ours by
+// one bf16 rounding step (its matmul adds in another order and lands on the other side of a
+// rounding boundary). Moving every logit l_j by up to ulp(l_j) moves a token's interval by at
+// most about sum_j p_j ulp(l_j) / T: one step of the logits the distribution's mass sits on. A
+// confident row (logits near 20, ulp 0.125) gets a few percent; a flat row almost nothing.
+torch::Tensor rounding_slack(const torch::Tensor& logits, const torch::Tensor& logprobs,
+                             double temperature) {
+  constexpr int kBf16MantissaBits = 7;
+  const auto magnitude = logits.to(torch::kFloat64).abs().clamp_min(1e-30);
+  const auto ulp = torch::pow(2.0, torch::floor(torch::log2(magnitude)) - kBf16MantissaBits);
+  return (logprobs.exp() * ulp).sum(1) / temperature;
+}
+
 }  // namespace
 
 toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict) {
@@ -54,6 +68,20 @@ toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict) {
     w.mant_err_median = std::max(w.mant_err_median, c.stats.mant_err_median);
   }
   return w;
+}
+
+ChunkAverage average_chunks(const std::vector<SampleStats>& samples) {
+  constexpr double kWorstMantissaError = 127;  // 7 mantissa bits
+  ChunkAverage a;
+  double sum = 0;
+  for (const auto& s : samples) {
+    for (const auto& c : s.toploc.chunks) {
+      sum += std::min(c.stats.mant_err_mean, kWorstMantissaError);
+      ++a.chunks;
+    }
+  }
+  a.mant_err_mean = a.chunks ? sum / static_cast<double>(a.chunks) : 0;
+  return a;
 }
 
 SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
@@ -88,6 +116,8 @@ SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, c
       std::vector<int64_t>(row.completion_tokens.begin(), row.completion_tokens.end()));
   const auto chosen = logprobs.gather(1, targets.unsqueeze(1)).squeeze(1).contiguous();
   const double* lp = chosen.data_ptr<double>();
+  const auto slack = rounding_slack(logits, logprobs, t).contiguous();
+  const double* slack_of = slack.data_ptr<double>();
   const float* rows = logits.data_ptr<float>();
   int64_t first_miss = -1;
   double logprob_error = 0;
@@ -95,7 +125,8 @@ SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, c
     const int32_t token = row.completion_tokens[i];
     const double u = engine::sampling_uniform(static_cast<uint64_t>(row.seed), p + i);
     const auto in = engine::token_interval(rows + i * vocab, vocab, sampling, token);
-    const double distance = u < in.lo ? in.lo - u : (u >= in.hi ? u - in.hi : 0.0);
+    const double outside = u < in.lo ? in.lo - u : (u >= in.hi ? u - in.hi : 0.0);
+    const double distance = std::max(0.0, outside - slack_of[i]);
     s.max_sampling_distance = std::max(s.max_sampling_distance, distance);
     if (distance > rules.sampling_tolerance && s.sampling_misses++ == 0) first_miss = i;
     logprob_error += std::abs(static_cast<double>(row.completion_logprobs[i]) - lp[i]);

@@ -3,8 +3,10 @@
 // final hidden rows and the logits of every completion token, and from them
 //   toploc       the worker's proof against our committed rows (positions P .. P+N-2)
 //   sampling     verifiable sampling: each token's u, regenerated from (seed, position), lies in
-//                the token's interval of our distribution (up to Rules::sampling_tolerance); the
-//                behaviour log-probs agree with ours on average (Rules::max_logprob_error)
+//                the token's interval of our distribution, up to Rules::sampling_tolerance plus
+//                what one bf16 rounding step of every logit can move it (an honest worker's LM
+//                head rounds its logits too); the behaviour log-probs agree with ours on average
+//                (Rules::max_logprob_error)
 //   termination  with Rules::eos_min_prob > 0, a completion ending on a stop token had p(stop)
 //                above it there
 // Row i of the prefill (position P-1+i) produced token i, so it is computed with the version that
@@ -31,11 +33,13 @@ using ModelOf = std::function<model::Transformer&(int64_t version)>;
 // What the checks measured on one completion (the calibration reads these).
 struct SampleStats {
   int64_t tokens = 0;
-  toploc::Verdict toploc;            // per chunk: exponent mismatches, mantissa error mean/median
-  double max_sampling_distance = 0;  // the farthest any u lay outside its token's interval
-  int64_t sampling_misses = 0;       // tokens farther than Rules::sampling_tolerance
-  double logprob_error = 0;          // mean |behaviour log-prob - recomputed log-prob|
-  double stop_prob = -1;             // p(last token) when the completion ends on a stop token
+  toploc::Verdict toploc;  // per chunk: exponent mismatches, mantissa error mean/median
+  // The farthest any u lay outside its token's interval, beyond the slack of one bf16 rounding
+  // step in every logit (sample_checks.cpp: rounding_slack); 0 when every u was within it.
+  double max_sampling_distance = 0;
+  int64_t sampling_misses = 0;  // tokens farther than Rules::sampling_tolerance
+  double logprob_error = 0;     // mean |behaviour log-prob - recomputed log-prob|
+  double stop_prob = -1;        // p(last token) when the completion ends on a stop token
 };
 
 struct SampleResult {
@@ -53,5 +57,16 @@ SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, c
 
 // Worst statistics over chunks (0 for an empty verdict).
 toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict);
+
+// The mantissa error averaged over every chunk of several completions (chunks without an exponent
+// match, whose error is infinite, count as 127), and how many chunks that is. Honest noise is
+// independent from chunk to chunk, so this average varies far less than one chunk's statistic:
+// a file-wide threshold on it (Rules::toploc_file_mant_err_mean) catches weights or precision
+// that shift every chunk a little, which a per-chunk threshold must let through.
+struct ChunkAverage {
+  int64_t chunks = 0;
+  double mant_err_mean = 0;
+};
+ChunkAverage average_chunks(const std::vector<SampleStats>& samples);
 
 }  // namespace trellis::validator

@@ -52,13 +52,14 @@ std::string Report::summary() const {
     logprob = std::max(logprob, s.logprob_error);
   }
   const double seconds = file_seconds + model_seconds;
+  const ChunkAverage average = average_chunks(samples);
   return fmt::format(
       "{} rows ({} tokens), {} checked by prefill ({} tokens): worst chunk {} exponent mismatches, "
-      "mantissa error mean {:.2f} median {:.0f}; sampling distance {:.2g}, log-prob error {:.3f}; "
-      "{:.2f} s ({:.2f} s file checks), {:.0f} tokens/s validated",
+      "mantissa error mean {:.2f} median {:.0f}, {} chunks average {:.2f}; sampling distance "
+      "{:.2g}, log-prob error {:.3f}; {:.2f} s ({:.2f} s file checks), {:.0f} tokens/s validated",
       rows, tokens, checked, checked_tokens, worst.exp_mismatches, worst.mant_err_mean,
-      worst.mant_err_median, distance, logprob, seconds, file_seconds,
-      static_cast<double>(tokens) / std::max(seconds, 1e-9));
+      worst.mant_err_median, average.chunks, average.mant_err_mean, distance, logprob, seconds,
+      file_seconds, static_cast<double>(tokens) / std::max(seconds, 1e-9));
 }
 
 Validator::Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of)
@@ -113,6 +114,14 @@ Report Validator::validate(std::string_view bytes, const Expected& expected) {
       report.checked_tokens += result.stats.tokens;
       report.samples.push_back(std::move(result.stats));
       findings.insert(findings.end(), result.findings.begin(), result.findings.end());
+    }
+    const ChunkAverage average = average_chunks(report.samples);
+    if (average.mant_err_mean > rules_->toploc_file_mant_err_mean) {
+      findings.push_back(
+          {"toploc",
+           fmt::format("the {} proof chunks checked average a mantissa error of {:.2f}, "
+                       "above {} (not the claimed weights or precision)",
+                       average.chunks, average.mant_err_mean, rules_->toploc_file_mant_err_mean)});
     }
   }
   report.model_seconds = now_s() - t0 - report.file_seconds;
