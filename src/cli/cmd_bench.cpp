@@ -236,38 +236,45 @@ bool passes(const validator::CheckSummary& c, const validator::SuggestedThreshol
 void print_rows(const char* title, const std::vector<validator::CalibrationRow>& rows,
                 const validator::SuggestedThresholds& suggested, bool weights = false) {
   std::printf("\n%s\n", title);
-  std::printf("%-22s %-5s %5s %6s %4s %6s %6s %9s %8s %7s %-22s %9s %9s %9s %9s %9s %7s %7s %6s\n",
-              weights ? "weights" : "worker", "valid", "compl", "tokens", "exp", "mean", "median",
-              "samp.dist", "lp.err", "p(stop)", "pass (current)", "suggested", "gen tok/s",
-              "val tok/s", "pre tok/s", "pack tok/s", "val/gen", "preempt", "proof");
+  std::printf(
+      "%-22s %-5s %5s %6s %4s %6s %6s %11s %9s %8s %7s %-22s %9s %9s %9s %9s %9s %7s %7s %6s\n",
+      weights ? "weights" : "worker", "valid", "compl", "tokens", "exp", "mean", "median",
+      "file mean", "samp.dist", "lp.err", "p(stop)", "pass (current)", "suggested", "gen tok/s",
+      "val tok/s", "pre tok/s", "pack tok/s", "val/gen", "preempt", "proof");
   for (const auto& r : rows) {
     const auto& c = r.check;
     const double gen = static_cast<double>(r.generated_tokens) / r.generation_seconds;
     const double val = static_cast<double>(c.tokens) / c.seconds;
     const double pre = static_cast<double>(c.tokens) / c.prefill_seconds;
     const double packed = static_cast<double>(c.tokens) / c.packed_seconds;
+    const std::string file_mean = fmt::format("{}-{}", fmt_stat(c.min_group_mant_err_mean, 2),
+                                              fmt_stat(c.max_group_mant_err_mean, 2));
+    const std::string stop =
+        c.min_stop_prob < 0 ? std::string("-") : fmt::format("{:.3f}", c.min_stop_prob);
     std::printf(
-        "%-22s %-5s %5lld %6lld %4u %6s %6s %9.2g %8.4f %7s %-22s %9s %9.0f %9.0f %9.0f %9.0f "
-        "%6.1fx %7lld %4.1fus\n",
+        "%-22s %-5s %5lld %6lld %4u %6s %6s %11s %9.2g %8.4f %7s %-22s %9s %9.0f %9.0f %9.0f "
+        "%9.0f %6.1fx %7lld %4.1fus\n",
         weights ? r.validator.c_str() : r.worker.describe().c_str(),
         r.validator_dtype == torch::kBFloat16 ? "bf16" : "fp32",
         static_cast<long long>(c.completions), static_cast<long long>(c.tokens),
         c.worst.exp_mismatches, fmt_stat(c.worst.mant_err_mean, 2).c_str(),
-        fmt_stat(c.worst.mant_err_median, 0).c_str(), c.max_sampling_distance, c.max_logprob_error,
-        c.min_stop_prob < 0 ? "-" : fmt::format("{:.3f}", c.min_stop_prob).c_str(),
-        fmt_pass(c).c_str(), passes(c, suggested) ? "pass" : "FAIL", gen, val, pre, packed,
-        val / gen, static_cast<long long>(r.preemptions),
+        fmt_stat(c.worst.mant_err_median, 0).c_str(), file_mean.c_str(), c.max_sampling_distance,
+        c.max_logprob_error, stop.c_str(), fmt_pass(c).c_str(),
+        passes(c, suggested) ? "pass" : "FAIL", gen, val, pre, packed, val / gen,
+        static_cast<long long>(r.preemptions),
         1e6 * r.proof_seconds / static_cast<double>(std::max<int64_t>(1, r.generated_tokens)));
     if (c.passed < c.completions) std::printf("    first objection: %s\n", c.first_reason.c_str());
   }
 }
 
-void print_maxima(const char* what, const validator::HonestMaxima& m) {
+void print_maxima(const char* what, const validator::HonestMaxima& m, int64_t min_samples) {
   std::printf(
-      "%s: exponent mismatches %u, mantissa error mean %s, median %s; sampling distance %.3g, "
-      "misses %lld; log-prob error %.4f; smallest p(stop) %s\n",
+      "%s: exponent mismatches %u, mantissa error mean %s, median %s; file-wide mean of %lld "
+      "completions %s; sampling distance %.3g, misses %lld; log-prob error %.4f; smallest p(stop) "
+      "%s\n",
       what, m.worst.exp_mismatches, fmt_stat(m.worst.mant_err_mean, 2).c_str(),
-      fmt_stat(m.worst.mant_err_median, 0).c_str(), m.max_sampling_distance,
+      fmt_stat(m.worst.mant_err_median, 0).c_str(), static_cast<long long>(min_samples),
+      fmt_stat(m.max_group_mant_err_mean, 2).c_str(), m.max_sampling_distance,
       static_cast<long long>(m.max_sampling_misses), m.max_logprob_error,
       m.min_stop_prob < 0 ? "-" : fmt::format("{:.3f}", m.min_stop_prob).c_str());
 }
@@ -291,11 +298,11 @@ void run_bench_validate(BenchValidateFlags f) {
       static_cast<long long>(rules.rollout.max_tokens), rules.rollout.sampling.temperature,
       static_cast<long long>(o.completions), validator_compute.bf16() ? "bf16" : "fp32");
   std::printf(
-      "current thresholds: toploc %u / %g / %g, sampling tolerance %g, misses %lld, log-prob "
-      "error %g, p(stop) > %g\n",
-      t.exp_mismatches, t.mant_err_mean, t.mant_err_median, rules.sampling_tolerance,
-      static_cast<long long>(rules.max_sampling_misses), rules.max_logprob_error,
-      rules.eos_min_prob);
+      "current thresholds: toploc %u / %g / %g (file-wide mean %g), sampling tolerance %g, "
+      "misses %lld, log-prob error %g, p(stop) > %g\n",
+      t.exp_mismatches, t.mant_err_mean, t.mant_err_median, rules.toploc_file_mant_err_mean,
+      rules.sampling_tolerance, static_cast<long long>(rules.max_sampling_misses),
+      rules.max_logprob_error, rules.eos_min_prob);
   const double t0 =
       std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   const auto report = validator::calibrate(f.model, config, o, [](const std::string& what) {
@@ -314,7 +321,8 @@ void run_bench_validate(BenchValidateFlags f) {
   const auto measured = validator::suggest_thresholds(honest, none);
   std::printf(
       "columns: worst chunk over all completions (exp = exponent mismatches, mantissa error mean "
-      "and median), largest sampling distance and mean log-prob error of a completion, smallest "
+      "and median), the file-wide mean mantissa error of groups of min_samples completions (lowest "
+      "- highest), largest sampling distance and mean log-prob error of a completion, smallest "
       "p(stop); pass under the current thresholds, and under the suggested ones (toploc and "
       "sampling); tokens/s of generation (generate_rollouts with proofs), of validation "
       "(check_sample: prefill and checks), of its prefills alone and packed into forwards of 4096 "
@@ -329,8 +337,9 @@ void run_bench_validate(BenchValidateFlags f) {
                report.dishonest, suggested, /*weights=*/true);
   }
   std::printf("\n");
-  print_maxima("honest maxima, same dtype", report.maxima);
-  if (!report.cross.empty()) print_maxima("honest maxima, other dtype", report.cross_maxima);
+  print_maxima("honest maxima, same dtype", report.maxima, rules.min_samples);
+  if (!report.cross.empty())
+    print_maxima("honest maxima, other dtype", report.cross_maxima, rules.min_samples);
   const auto print_thresholds = [](const char* what, const validator::SuggestedThresholds& t) {
     std::printf("%s: toploc %u / %g / %g, sampling tolerance %g, misses %lld, log-prob error %g\n",
                 what, t.toploc.exp_mismatches, t.toploc.mant_err_mean, t.toploc.mant_err_median,
@@ -345,10 +354,12 @@ void run_bench_validate(BenchValidateFlags f) {
   for (const auto& r : report.dishonest) {
     const auto& l = r.check.least;
     std::printf(
-        "dishonest %-14s closest completion: %u mismatches, mean %s, median %s; log-prob error "
-        ">= %.4f; %lld/%lld rejected under the current thresholds\n",
+        "dishonest %-14s closest completion: %u mismatches, mean %s, median %s; file-wide mean "
+        ">= %s; log-prob error >= %.4f; %lld/%lld completions rejected under the current "
+        "thresholds\n",
         r.validator.c_str(), l.exp_mismatches, fmt_stat(l.mant_err_mean, 2).c_str(),
-        fmt_stat(l.mant_err_median, 0).c_str(), r.check.min_logprob_error,
+        fmt_stat(l.mant_err_median, 0).c_str(),
+        fmt_stat(r.check.min_group_mant_err_mean, 2).c_str(), r.check.min_logprob_error,
         static_cast<long long>(r.check.completions - r.check.passed),
         static_cast<long long>(r.check.completions));
   }

@@ -50,9 +50,7 @@ int toploc_verify(const VerifyFlags& flags) {
     const auto result =
         validator::check_sample(row, i, rules, stops, prompting.tok.vocab_size(), model_of);
     const auto w = validator::worst_chunk(result.stats.toploc);
-    worst.exp_mismatches = std::max(worst.exp_mismatches, w.exp_mismatches);
-    worst.mant_err_mean = std::max(worst.mant_err_mean, w.mant_err_mean);
-    worst.mant_err_median = std::max(worst.mant_err_median, w.mant_err_median);
+    validator::keep_worst(worst, w);
     distance = std::max(distance, result.stats.max_sampling_distance);
     all.push_back(result.stats);
     std::string verdict = "ok";

@@ -115,8 +115,8 @@ min_samples = 4         # ... at least this many (every completion of a smaller 
 toploc_exp_mismatches = 38  # a proof chunk fails above this many exponent mismatches (of k = 128)
 toploc_mant_err_mean = 10.0  # ... or above this mean mantissa error
 toploc_mant_err_median = 8.0  # ... or above this median mantissa error
-toploc_file_mant_err_mean = 1.0  # ... and a file fails when its checked chunks average above this
-sampling_tolerance = 0.02  # a token's u may lie this far outside its interval (numerical noise)
+toploc_file_mant_err_mean = 1.2  # ... and a file fails when its checked chunks average above this
+sampling_tolerance = 0.1  # a token's u may lie this far outside its interval, beyond the logits' rounding slack
 max_sampling_misses = 0  # tokens per completion allowed beyond that tolerance
 max_logprob_error = 0.05  # mean |behaviour log-prob - the policy's| per completion token
 eos_min_prob = 0.0      # > 0: a completion may end on a stop token only where its probability is above

@@ -133,6 +133,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
                         model::Transformer& model) {
   const ModelOf model_of = [&](int64_t) -> model::Transformer& { return model; };
   CheckSummary s;
+  std::vector<SampleStats> stats;
   const double t0 = now_s();
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].completion_tokens.empty()) continue;
@@ -160,6 +161,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
     if (st.stop_prob >= 0)
       s.min_stop_prob =
           s.min_stop_prob < 0 ? st.stop_prob : std::min(s.min_stop_prob, st.stop_prob);
+    stats.push_back(st);
     if (r.findings.empty()) {
       ++s.passed;
       continue;
@@ -174,6 +176,15 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
     if (s.first_reason.empty()) s.first_reason = r.findings.front().text();
   }
   s.seconds = now_s() - t0;
+  s.file_mant_err_mean = average_chunks(stats).mant_err_mean;
+  const auto group = static_cast<size_t>(std::max<int64_t>(1, rules.min_samples));
+  for (size_t i = 0; i + group <= stats.size(); i += group) {
+    const double a = average_chunks({stats.begin() + static_cast<std::ptrdiff_t>(i),
+                                     stats.begin() + static_cast<std::ptrdiff_t>(i + group)})
+                         .mant_err_mean;
+    s.min_group_mant_err_mean = i == 0 ? a : std::min(s.min_group_mant_err_mean, a);
+    s.max_group_mant_err_mean = std::max(s.max_group_mant_err_mean, a);
+  }
   // The prefills alone (what check_sample computes first), to tell the model's share of the time
   // from the checks'.
   torch::NoGradGuard no_grad;
@@ -224,6 +235,7 @@ void HonestMaxima::add(const CheckSummary& s) {
   max_sampling_distance = std::max(max_sampling_distance, s.max_sampling_distance);
   max_sampling_misses = std::max(max_sampling_misses, s.max_sampling_misses);
   max_logprob_error = std::max(max_logprob_error, s.max_logprob_error);
+  max_group_mant_err_mean = std::max(max_group_mant_err_mean, s.max_group_mant_err_mean);
   if (s.min_stop_prob >= 0)
     min_stop_prob = min_stop_prob < 0 ? s.min_stop_prob : std::min(min_stop_prob, s.min_stop_prob);
 }

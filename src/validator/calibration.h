@@ -73,7 +73,12 @@ struct CheckSummary {
   double max_sampling_distance = 0;
   int64_t max_sampling_misses = 0, min_sampling_misses = 0;
   double max_logprob_error = 0, min_logprob_error = 0;
-  double min_stop_prob = -1;   // -1: no completion ended on a stop token
+  double min_stop_prob = -1;  // -1: no completion ended on a stop token
+  // The file-wide TOPLOC average (average_chunks, Rules::toploc_file_mant_err_mean): over every
+  // chunk of the set, and at its largest and smallest over consecutive groups of
+  // Rules::min_samples completions (what a validator checks of a small file).
+  double file_mant_err_mean = 0;
+  double max_group_mant_err_mean = 0, min_group_mant_err_mean = 0;
   double seconds = 0;          // wall time of check_sample (prefill and checks)
   double prefill_seconds = 0;  // wall time of the same prefills alone, timed apart
   double packed_seconds = 0;   // ... packed into forwards of up to 4096 tokens, as the trainer
@@ -92,6 +97,7 @@ struct HonestMaxima {
   int64_t max_sampling_misses = 0;
   double max_logprob_error = 0;
   double min_stop_prob = -1;
+  double max_group_mant_err_mean = 0;  // the file-wide TOPLOC average of min_samples completions
   void add(const CheckSummary& summary);
 };
 

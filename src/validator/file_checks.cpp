@@ -176,9 +176,15 @@ std::optional<Finding> check_file(const rollout::RolloutFile& file, const FileCo
     if (draw.step > first.step)
       return finding("data sampling", "{}: drawn for step {}, after the file's step {}", at,
                      draw.step, first.step);
-    if (!draws_here.insert({draw.step, draw.submission, draw.index}).second ||
-        (seen && seen->count({first.node_address, draw.step, draw.submission, draw.index})))
-      return finding("data sampling", "{}: this drawn prompt was already submitted", at);
+    if (!draws_here.insert({draw.step, draw.submission, draw.index}).second)
+      return finding("data sampling", "{}: the file holds this drawn prompt twice", at);
+    if (seen) {
+      const auto used = seen->find({first.node_address, draw.step, draw.submission, draw.index});
+      if (used != seen->end() &&
+          used->second != std::make_pair<int64_t, int64_t>(first.step, first.submission))
+        return finding("data sampling", "{}: already submitted in step {} submission {}", at,
+                       used->second.first, used->second.second);
+    }
     const auto indices = rollout::sample_prompt_indices(
         first.node_address, draw.step, draw.submission, draw.index + 1, rules.dataset_size);
     env::Task task;
@@ -243,7 +249,7 @@ std::optional<Finding> check_file(const rollout::RolloutFile& file, const FileCo
 void remember_draws(const rollout::RolloutFile& file, bool partial_rollouts, SeenDraws& seen) {
   for (const auto& r : file.rows) {
     const auto [draw, task_id] = draw_of(r, partial_rollouts);
-    seen.insert({r.node_address, draw.step, draw.submission, draw.index});
+    seen[{r.node_address, draw.step, draw.submission, draw.index}] = {r.step, r.submission};
   }
 }
 

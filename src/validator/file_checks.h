@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -36,9 +37,12 @@ struct FileContext {
   const model::Prompting& prompting;
 };
 
-// (node, step, draw, group) of every group a validator has accepted, so that a C3PO++ worker
-// cannot submit the same drawn group twice in different files. Not thread-safe.
-using SeenDraws = std::set<std::tuple<std::string, int64_t, int64_t, int64_t>>;
+// The draw (node, step, draw number, place) of every group in files the orchestrator accepted,
+// with the (step, submission) of the file that used it: a C3PO++ worker must not submit the same
+// drawn group in two files. The same file judged again (a worker retrying an upload after an
+// orchestrator restart) is no repeat. Not thread-safe.
+using DrawKey = std::tuple<std::string, int64_t, int64_t, int64_t>;
+using SeenDraws = std::map<DrawKey, std::pair<int64_t, int64_t>>;
 
 // `policy_version` is the newest version the trainer had published when the file was claimed.
 // `seen` (may be null) holds the draws of earlier accepted files of the run; the draws of this

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "common/error.h"
 #include "engine/sampler.h"
@@ -17,29 +18,53 @@ struct Recomputed {
   torch::Tensor logits, hidden;
 };
 
-Recomputed recompute(const rollout::RolloutRecord& row, const ModelOf& model_of) {
-  const auto p = static_cast<int64_t>(row.prompt_tokens.size());
-  const auto n = static_cast<int64_t>(row.completion_tokens.size());
-  std::vector<int64_t> seq(row.prompt_tokens.begin(), row.prompt_tokens.end());
-  seq.insert(seq.end(), row.completion_tokens.begin(), row.completion_tokens.end() - 1);
-  const auto tokens = torch::tensor(seq);
-  const auto rows = torch::arange(p - 1, p + n - 1);
-  std::map<int32_t, std::vector<int64_t>> by_version;  // version -> the rows it produced
-  for (int64_t i = 0; i < n; ++i) by_version[row.token_versions[i]].push_back(i);
-
+// Recomputes several completions with one packed forward per policy version they claim (a
+// forward of many short sequences costs little more than one of a single sequence).
+std::vector<Recomputed> recompute(const std::vector<const rollout::RolloutRecord*>& rows,
+                                  const ModelOf& model_of) {
+  std::map<int32_t, std::vector<size_t>> by_version;  // version -> the rows claiming it
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::set<int32_t> versions(rows[r]->token_versions.begin(), rows[r]->token_versions.end());
+    for (int32_t v : versions) by_version[v].push_back(r);
+  }
   torch::NoGradGuard no_grad;
-  Recomputed out;
-  for (const auto& [version, indices] : by_version) {
-    const auto fwd =
-        model_of(version).forward(tokens, {.logits = true, .hidden = true, .rows = rows});
-    if (by_version.size() == 1) return {fwd.logits.contiguous(), fwd.hidden};
-    if (!out.logits.defined()) {
-      out.logits = torch::empty_like(fwd.logits);
-      out.hidden = torch::empty_like(fwd.hidden);
+  std::vector<Recomputed> out(rows.size());
+  for (const auto& [version, members] : by_version) {
+    std::vector<int64_t> tokens, positions, seq_lens, selected;
+    for (size_t r : members) {
+      const auto& row = *rows[r];
+      const auto p = static_cast<int64_t>(row.prompt_tokens.size());
+      const auto n = static_cast<int64_t>(row.completion_tokens.size());
+      const auto start = static_cast<int64_t>(tokens.size());
+      tokens.insert(tokens.end(), row.prompt_tokens.begin(), row.prompt_tokens.end());
+      tokens.insert(tokens.end(), row.completion_tokens.begin(), row.completion_tokens.end() - 1);
+      for (int64_t i = 0; i < p + n - 1; ++i) positions.push_back(i);
+      seq_lens.push_back(p + n - 1);
+      for (int64_t i = 0; i < n; ++i) selected.push_back(start + p - 1 + i);
     }
-    const auto idx = torch::tensor(indices);
-    out.logits.index_copy_(0, idx, fwd.logits.index_select(0, idx));
-    out.hidden.index_copy_(0, idx, fwd.hidden.index_select(0, idx));
+    const auto fwd = model_of(version).forward_packed(
+        torch::tensor(tokens), torch::tensor(positions), seq_lens,
+        {.logits = true, .hidden = true, .rows = torch::tensor(selected)});
+    int64_t offset = 0;
+    for (size_t r : members) {
+      const auto& row = *rows[r];
+      const auto n = static_cast<int64_t>(row.completion_tokens.size());
+      const auto logits = fwd.logits.slice(0, offset, offset + n);
+      const auto hidden = fwd.hidden.slice(0, offset, offset + n);
+      offset += n;
+      Recomputed& o = out[r];
+      if (!o.logits.defined()) {
+        o.logits = logits.clone();
+        o.hidden = hidden.clone();
+        continue;
+      }
+      std::vector<int64_t> mine;  // the tokens this version sampled
+      for (int64_t i = 0; i < n; ++i)
+        if (row.token_versions[i] == version) mine.push_back(i);
+      const auto idx = torch::tensor(mine);
+      o.logits.index_copy_(0, idx, logits.index_select(0, idx));
+      o.hidden.index_copy_(0, idx, hidden.index_select(0, idx));
+    }
   }
   return out;
 }
@@ -60,13 +85,15 @@ torch::Tensor rounding_slack(const torch::Tensor& logits, const torch::Tensor& l
 
 }  // namespace
 
+void keep_worst(toploc::ChunkStats& worst, const toploc::ChunkStats& stats) {
+  worst.exp_mismatches = std::max(worst.exp_mismatches, stats.exp_mismatches);
+  worst.mant_err_mean = std::max(worst.mant_err_mean, stats.mant_err_mean);
+  worst.mant_err_median = std::max(worst.mant_err_median, stats.mant_err_median);
+}
+
 toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict) {
   toploc::ChunkStats w;
-  for (const auto& c : verdict.chunks) {
-    w.exp_mismatches = std::max(w.exp_mismatches, c.stats.exp_mismatches);
-    w.mant_err_mean = std::max(w.mant_err_mean, c.stats.mant_err_mean);
-    w.mant_err_median = std::max(w.mant_err_median, c.stats.mant_err_median);
-  }
+  for (const auto& c : verdict.chunks) keep_worst(w, c.stats);
   return w;
 }
 
@@ -84,15 +111,15 @@ ChunkAverage average_chunks(const std::vector<SampleStats>& samples) {
   return a;
 }
 
-SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
-                          const std::vector<int32_t>& stops, int64_t vocab,
-                          const ModelOf& model_of) {
+namespace {
+
+SampleResult judge(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
+                   const std::vector<int32_t>& stops, int64_t vocab, const Recomputed& r) {
   SampleResult result;
   auto& s = result.stats;
   const auto p = static_cast<int64_t>(row.prompt_tokens.size());
   const auto n = static_cast<int64_t>(row.completion_tokens.size());
   s.tokens = n;
-  const Recomputed r = recompute(row, model_of);
   if (!torch::isfinite(r.hidden).all().item<bool>() ||
       !torch::isfinite(r.logits).all().item<bool>())
     fail(fmt::format("row {}", row_index),
@@ -156,6 +183,25 @@ SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, c
                                       row_index, last, s.stop_prob, rules.eos_min_prob)});
   }
   return result;
+}
+
+}  // namespace
+
+std::vector<SampleResult> check_samples(const std::vector<const rollout::RolloutRecord*>& rows,
+                                        const std::vector<size_t>& row_indices, const Rules& rules,
+                                        const std::vector<int32_t>& stops, int64_t vocab,
+                                        const ModelOf& model_of) {
+  const auto recomputed = recompute(rows, model_of);
+  std::vector<SampleResult> results;
+  for (size_t r = 0; r < rows.size(); ++r)
+    results.push_back(judge(*rows[r], row_indices[r], rules, stops, vocab, recomputed[r]));
+  return results;
+}
+
+SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
+                          const std::vector<int32_t>& stops, int64_t vocab,
+                          const ModelOf& model_of) {
+  return check_samples({&row}, {row_index}, rules, stops, vocab, model_of).front();
 }
 
 }  // namespace trellis::validator

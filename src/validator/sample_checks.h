@@ -55,8 +55,17 @@ SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, c
                           const std::vector<int32_t>& stops, int64_t vocab,
                           const ModelOf& model_of);
 
+// check_sample for several rows of a file (`row_indices` name them in reasons), recomputed with
+// one packed forward per claimed version: how a validator checks its random subset.
+std::vector<SampleResult> check_samples(const std::vector<const rollout::RolloutRecord*>& rows,
+                                        const std::vector<size_t>& row_indices, const Rules& rules,
+                                        const std::vector<int32_t>& stops, int64_t vocab,
+                                        const ModelOf& model_of);
+
 // Worst statistics over chunks (0 for an empty verdict).
 toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict);
+// Raises each statistic of `worst` to `stats`' where that is larger.
+void keep_worst(toploc::ChunkStats& worst, const toploc::ChunkStats& stats);
 
 // The mantissa error averaged over every chunk of several completions (chunks without an exponent
 // match, whose error is infinite, count as 127), and how many chunks that is. Honest noise is

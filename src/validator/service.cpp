@@ -104,6 +104,7 @@ class Service {
     const std::string decided =
         client_.post_verdict(claim.key, report.accepted, report.reason, name_, report.checked);
     if (report.accepted && decided == "accepted") {
+      validator_->accepted();
       log::info("accepted {}: {}", what, report.summary());
     } else if (report.accepted) {
       log::info("judged {} honest, but the orchestrator rejected it (its node was evicted)", what);

@@ -44,10 +44,7 @@ std::string Report::summary() const {
   toploc::ChunkStats worst;
   double distance = 0, logprob = 0;
   for (const auto& s : samples) {
-    const auto w = worst_chunk(s.toploc);
-    worst.exp_mismatches = std::max(worst.exp_mismatches, w.exp_mismatches);
-    worst.mant_err_mean = std::max(worst.mant_err_mean, w.mant_err_mean);
-    worst.mant_err_median = std::max(worst.mant_err_median, w.mant_err_median);
+    keep_worst(worst, worst_chunk(s.toploc));
     distance = std::max(distance, s.max_sampling_distance);
     logprob = std::max(logprob, s.logprob_error);
   }
@@ -108,8 +105,10 @@ Report Validator::validate(std::string_view bytes, const Expected& expected) {
   report.file_seconds = now_s() - t0;
   if (findings.empty()) {
     const int64_t vocab = prompting_.tok.vocab_size();
-    for (size_t i : choose_rows(file.rows.size())) {
-      auto result = check_sample(file.rows[i], i, *rules_, stops_, vocab, model_of_);
+    const auto chosen = choose_rows(file.rows.size());
+    std::vector<const rollout::RolloutRecord*> rows;
+    for (size_t i : chosen) rows.push_back(&file.rows[i]);
+    for (auto& result : check_samples(rows, chosen, *rules_, stops_, vocab, model_of_)) {
       ++report.checked;
       report.checked_tokens += result.stats.tokens;
       report.samples.push_back(std::move(result.stats));
@@ -131,8 +130,14 @@ Report Validator::validate(std::string_view bytes, const Expected& expected) {
     report.reason += (i ? "; " : "") + findings[i].text();
   if (findings.size() > kListed)
     report.reason += fmt::format("; and {} more findings", findings.size() - kListed);
-  if (report.accepted) remember_draws(file, rules_->partial_rollouts, seen_);
+  last_draws_.clear();
+  if (report.accepted) remember_draws(file, rules_->partial_rollouts, last_draws_);
   return report;
+}
+
+void Validator::accepted() {
+  seen_.insert(last_draws_.begin(), last_draws_.end());
+  last_draws_.clear();
 }
 
 }  // namespace trellis::validator

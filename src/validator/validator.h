@@ -47,6 +47,9 @@ class Validator {
   Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of);
 
   Report validate(std::string_view bytes, const Expected& expected);
+  // The orchestrator accepted the file the last validate() judged honest: its drawn groups may
+  // not appear in another file.
+  void accepted();
 
   const Rules& rules() const { return *rules_; }
 
@@ -60,6 +63,7 @@ class Validator {
   std::unique_ptr<Rules> rules_;
   std::vector<int32_t> stops_;
   SeenDraws seen_;
+  SeenDraws last_draws_;  // of the last file judged honest, until accepted()
   std::mt19937_64 rng_;
 };
 

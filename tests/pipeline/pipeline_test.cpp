@@ -112,6 +112,8 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   const auto r = run_trellis(run_args(run_dir, steps));
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "2 workers");
+  EXPECT_CONTAINS(r.output, "1 validator");
+  EXPECT_CONTAINS(r.output, "validating");
   EXPECT_CONTAINS(r.output, "report: " + (run_dir / "report.html").string());
 
   // Every step trained on a full batch, with staleness within the async window and the trainer's
@@ -130,7 +132,8 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   // The run directory: resolved config, one log per role, checkpoints, the published policies,
   // the rollout files (our reader and the spec's layout), the report.
   EXPECT_TRUE(fs::exists(run_dir / "config.toml"));
-  for (const char* role : {"orchestrator", "trainer", "relay-0", "worker-0", "worker-1"})
+  for (const char* role :
+       {"orchestrator", "trainer", "relay-0", "worker-0", "worker-1", "validator-0"})
     EXPECT_TRUE(fs::exists(run_dir / "logs" / (std::string(role) + ".log"))) << role;
   EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer.pt"));
   // Policies went out through SHARDCAST: the origin published every version (signed), the relay
@@ -145,8 +148,16 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   for (const char* worker : {"worker-0", "worker-1"})
     EXPECT_CONTAINS(read_file(run_dir / "logs" / (std::string(worker) + ".log")),
                     "fetched policy version");
+  // The validator judged every file the trainer used, honest workers were never rejected, and
+  // the report plots what was decided.
+  EXPECT_CONTAINS(read_file(run_dir / "logs" / "validator-0.log"), "accepted step 0 submission");
+  for (const auto& row : rows) {
+    EXPECT_GE(row["submissions/accepted"].get<double>(), 4);
+    EXPECT_EQ(row["submissions/rejected"].get<double>(), 0);
+  }
   const std::string report = read_file(run_dir / "report.html");
   EXPECT_CONTAINS(report, "<svg");
+  EXPECT_CONTAINS(report, "plot-submissions");
   std::set<std::string> nodes;
   int files = 0;
   for (const auto& entry : fs::recursive_directory_iterator(run_dir / "rollouts")) {

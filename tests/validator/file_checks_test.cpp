@@ -169,6 +169,7 @@ TEST_F(FileChecks, AGroupDrawnTwiceAcrossFilesIsCaughtWithPartialRollouts) {
   rollout::RolloutFile file;
   file.rows = rows_;
   remember_draws(file, true, seen);
+  EXPECT_EQ(check(&seen), "");             // the same file again (an upload retried) is no repeat
   for (auto& r : rows_) r.submission = 3;  // the same groups in the next file
   EXPECT_EQ(check(&seen), "data sampling");
 }
