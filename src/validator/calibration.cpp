@@ -128,16 +128,37 @@ HonestRun generate_honest(model::Transformer& model, const model::Prompting& pro
   return run;
 }
 
+size_t checked_per_file(const Rules& rules, int64_t file_rows) {
+  const auto rows = static_cast<size_t>(std::max<int64_t>(1, file_rows));
+  const auto want = std::max<size_t>(
+      static_cast<size_t>(std::max<int64_t>(0, rules.min_samples)),
+      static_cast<size_t>(std::ceil(rules.sample_fraction * static_cast<double>(rows))));
+  return std::max<size_t>(1, std::min(rows, want));
+}
+
 CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const Rules& rules,
-                        const std::vector<int32_t>& stops, int64_t vocab,
-                        model::Transformer& model) {
+                        const std::vector<int32_t>& stops, int64_t vocab, model::Transformer& model,
+                        size_t per_forward) {
   const ModelOf model_of = [&](int64_t) -> model::Transformer& { return model; };
   CheckSummary s;
   std::vector<SampleStats> stats;
   const double t0 = now_s();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].completion_tokens.empty()) continue;
-    const auto r = check_sample(rows[i], i, rules, stops, vocab, model_of);
+  std::vector<SampleResult> results;
+  for (size_t start = 0; start < rows.size(); start += std::max<size_t>(1, per_forward)) {
+    std::vector<const rollout::RolloutRecord*> batch;
+    std::vector<size_t> batch_indices;
+    for (size_t i = start; i < std::min(rows.size(), start + std::max<size_t>(1, per_forward));
+         ++i) {
+      if (rows[i].completion_tokens.empty()) continue;
+      batch.push_back(&rows[i]);
+      batch_indices.push_back(i);
+    }
+    if (batch.empty()) continue;
+    for (auto& r : check_samples(batch, batch_indices, rules, stops, vocab, model_of))
+      results.push_back(std::move(r));
+  }
+  s.seconds = now_s() - t0;
+  for (const auto& r : results) {
     const auto w = worst_chunk(r.stats.toploc);
     const auto& st = r.stats;
     if (s.completions == 0) {
@@ -175,7 +196,6 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
     }
     if (s.first_reason.empty()) s.first_reason = r.findings.front().text();
   }
-  s.seconds = now_s() - t0;
   s.file_mant_err_mean = average_chunks(stats).mant_err_mean;
   const auto group = static_cast<size_t>(std::max<int64_t>(1, rules.min_samples));
   for (size_t i = 0; i + group <= stats.size(); i += group) {
@@ -260,7 +280,7 @@ SuggestedThresholds suggest_thresholds(const HonestMaxima& honest,
 SuggestedThresholds unmeasured_floor() {
   SuggestedThresholds f;
   f.toploc = toploc::Thresholds::strict();
-  f.sampling_tolerance = 0.02;
+  f.sampling_tolerance = 0.1;
   f.max_sampling_misses = 0;
   f.max_logprob_error = 0.05;
   return f;
@@ -326,15 +346,20 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   const Rules rules = Rules::from_config(config, 0);
   const auto stops = stop_ids(prompting);
   const int64_t vocab = prompting.tok.vocab_size();
+  // Completions are checked in the packed batches a validator checks one file's subset in.
+  const size_t per_forward =
+      checked_per_file(rules, config.get_at_least<int64_t>("infer.groups_per_submission", 1) *
+                                  rules.rollout.group_size);
 
   // Warm-up, untimed: the first forwards of a model pay for kernel selection and page faults.
   for (const auto& [dtype, m] : models) {
     progress(fmt::format("warm-up {}", dtype_name(dtype)));
     const auto run = generate_honest(*m, prompting, config, {8, 2, KvLayout::kPaged, dtype}, 8);
-    check_rows(run.rows, rules, stops, vocab, *m);
+    check_rows(run.rows, rules, stops, vocab, *m, per_forward);
   }
 
   CalibrationReport report;
+  report.checked_per_file = static_cast<int64_t>(per_forward);
   // The completions checked against dishonest weights: b8 t2 paged in the validator's dtype.
   const WorkerSetting reference{8, 2, KvLayout::kPaged, options.validator_dtype};
   const HonestRun* dishonest_rows = nullptr;
@@ -360,7 +385,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
       row.generation_seconds = run.seconds;
       row.preemptions = run.preemptions;
       row.proof_seconds = run.proof_seconds;
-      row.check = check_rows(run.rows, rules, stops, vocab, *m);
+      row.check = check_rows(run.rows, rules, stops, vocab, *m, per_forward);
       if (row.same_dtype()) {
         report.maxima.add(row.check);
         report.honest.push_back(std::move(row));
@@ -370,7 +395,10 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
       }
     }
   }
-  if (!dishonest_rows) dishonest_rows = runs.empty() ? nullptr : &runs.front();
+  for (const auto& run : runs) {  // else the first run in the validator's dtype, else the first
+    if (!dishonest_rows && run.setting.dtype == options.validator_dtype) dishonest_rows = &run;
+  }
+  if (!dishonest_rows && !runs.empty()) dishonest_rows = &runs.front();
   if (!dishonest_rows) return report;
 
   // Dishonest weights in the validator's dtype: the worker claims the policy but generated with
@@ -400,7 +428,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
     row.generation_seconds = dishonest_rows->seconds;
     row.preemptions = dishonest_rows->preemptions;
     row.proof_seconds = dishonest_rows->proof_seconds;
-    row.check = check_rows(dishonest_rows->rows, rules, stops, vocab, *m);
+    row.check = check_rows(dishonest_rows->rows, rules, stops, vocab, *m, per_forward);
     report.dishonest.push_back(std::move(row));
   }
   return report;
