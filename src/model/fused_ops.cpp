@@ -461,7 +461,7 @@ torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
 
 bool skinny_linear_supported(const torch::Tensor& x, const torch::Tensor& weight) {
   return x.device().is_cpu() && x.scalar_type() == torch::kBFloat16 &&
-         weight.scalar_type() == torch::kBFloat16 && x.numel() <= 4 * x.size(-1) &&
+         weight.scalar_type() == torch::kBFloat16 && x.numel() > 0 && x.numel() <= 4 * x.size(-1) &&
          vec::has_avx512_bf16();
 }
 

@@ -40,7 +40,8 @@ torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
 // x @ weight.T + bias for a few rows of x (decoding a handful of sequences), no autograd: streams
 // each weight row once for all rows through AVX512-BF16 dot products with fp32 accumulation, at
 // 2-3x the GEMM library's speed for one or two rows (it packs the weight first). Only for what
-// skinny_linear_supported() accepts: bf16 on a CPU with AVX512-BF16, at most 4 rows.
+// skinny_linear_supported() accepts: bf16 on a CPU with AVX512-BF16, 1 to 4 rows (a forward that
+// feeds only part of a prompt asks the LM head for 0 rows, which the kernel cannot take).
 bool skinny_linear_supported(const torch::Tensor& x, const torch::Tensor& weight);
 torch::Tensor skinny_linear(const torch::Tensor& x, const torch::Tensor& weight,
                             const torch::Tensor& bias = {});

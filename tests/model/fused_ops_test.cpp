@@ -121,5 +121,17 @@ TEST(FusedOps, AttentionIsCausalAndConfinedToItsSample) {
   EXPECT_TRUE(torch::equal(before.narrow(0, 6, 4), after.narrow(0, 6, 4)));
 }
 
+// A forward that feeds only part of a prompt samples nothing: its LM head gets 0 rows, which the
+// skinny kernel must not take (it wrote past its output).
+TEST(FusedOps, SkinnyLinearIsNeverChosenForZeroRows) {
+  const auto w = torch::randn({64, 32}).to(torch::kBFloat16);
+  EXPECT_FALSE(skinny_linear_supported(torch::empty({0, 32}, torch::kBFloat16), w));
+  if (skinny_linear_supported(torch::randn({1, 32}).to(torch::kBFloat16), w)) {
+    const auto x = torch::randn({3, 32}).to(torch::kBFloat16);
+    EXPECT_TRUE(torch::allclose(skinny_linear(x, w).to(torch::kFloat32),
+                                torch::matmul(x, w.t()).to(torch::kFloat32), 0.02, 0.05));
+  }
+}
+
 }  // namespace
 }  // namespace trellis::model::fused
