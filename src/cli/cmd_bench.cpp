@@ -208,7 +208,9 @@ struct BenchValidateFlags {
   std::string model;
   std::vector<std::string> configs;  // positional, before --config files
   EnvFlags env;
+  std::string device = "cpu";     // the workers' and the validator's
   std::string dtype = "auto";     // the validator's
+  int threads = 0;                // run only the settings with this many threads; 0 = all
   std::vector<std::string> only;  // run only the settings whose name contains one of these
   validator::CalibrationOptions options;
 };
@@ -286,24 +288,29 @@ void print_maxima(const char* what, const validator::HonestMaxima& m, int64_t mi
 void run_bench_validate(BenchValidateFlags f) {
   f.env.config_files.insert(f.env.config_files.begin(), f.configs.begin(), f.configs.end());
   const Config config = f.env.config();
-  const auto validator_compute = model::resolve_compute("cpu", f.dtype);
+  const auto validator_compute = model::resolve_compute(f.device, f.dtype);
   auto o = f.options;
+  o.device = validator_compute.device;
   o.validator_dtype = validator_compute.dtype;
   o.dtypes = {torch::kFloat32};
   if (model::cpu_has_native_bf16()) o.dtypes.insert(o.dtypes.begin(), torch::kBFloat16);
   o.settings = validator::calibration_matrix(o.dtypes);
+  if (f.threads > 0) {
+    std::erase_if(o.settings,
+                  [&](const validator::WorkerSetting& w) { return w.threads != f.threads; });
+  }
   if (!f.only.empty()) {
     std::erase_if(o.settings, [&](const validator::WorkerSetting& w) {
       return std::none_of(f.only.begin(), f.only.end(), [&](const std::string& part) {
         return w.describe().find(part) != std::string::npos;
       });
     });
-    if (o.settings.empty())
-      throw Error(
-          fmt::format("--only {} matches no setting; they are named like \"b8 t2 tight "
-                      "bf16\" (batch, threads, KV-cache layout, dtype)",
-                      fmt::join(f.only, ", ")));
   }
+  if (o.settings.empty())
+    throw Error(
+        fmt::format("no worker setting matches --threads {} --only [{}]; they are named like "
+                    "\"b8 t2 tight bf16\" (batch, threads: 1 or 2, KV-cache layout, dtype)",
+                    f.threads, fmt::join(f.only, ", ")));
   const auto rules = validator::Rules::from_config(config, 0);
   const auto& t = rules.thresholds;
   std::printf(
@@ -500,8 +507,16 @@ void add_bench_commands(CLI::App& app) {
                    "honest completions per worker setting (at least its batch)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  validate->add_option("--device", va.device, "cpu | cuda: the workers' and validator's")
+      ->capture_default_str();
   validate->add_option("--dtype", va.dtype, "the validator's compute dtype: auto | bf16 | fp32")
       ->capture_default_str();
+  validate
+      ->add_option("--threads", va.threads,
+                   "only the worker settings with this many threads (the validator checks on "
+                   "the same); 0 = every setting")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 16));
   validate->add_option("--only", va.only,
                        "run only the settings whose name contains this, e.g. \"t1\" or \"b8 t2 "
                        "tight\" (repeatable; names as in the table)");

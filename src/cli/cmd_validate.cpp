@@ -20,14 +20,16 @@ namespace {
 struct VerifyFlags {
   std::string model, rollouts;
   std::vector<std::string> configs, overrides;
+  ComputeOverrides compute;
 };
 
 // Checks every row of the file against `flags.model` (whatever version a row claims); prints one
 // line per row and a summary. Returns the exit status: 0 when every row passes.
 int toploc_verify(const VerifyFlags& flags) {
+  std::vector<std::string> overrides = flags.overrides;
+  flags.compute.apply(overrides);
   const Config config = Config::resolve(
-      std::vector<std::filesystem::path>(flags.configs.begin(), flags.configs.end()),
-      flags.overrides);
+      std::vector<std::filesystem::path>(flags.configs.begin(), flags.configs.end()), overrides);
   const model::Compute compute = setup_compute(config);
   auto model = model::load_transformer(flags.model, compute);
   const auto prompting = model::Prompting::load(flags.model, model->config());
@@ -119,6 +121,7 @@ void add_validate_commands(CLI::App& app) {
                    "TOML configuration files of the run (sampling, thresholds), left to right")
       ->check(CLI::ExistingFile);
   verify->add_option("--set", verify_flags.overrides, "override one key: section.key=value");
+  verify_flags.compute.add_to(verify);
   verify->callback([] {
     const int status = toploc_verify(verify_flags);
     if (status != 0) std::exit(status);

@@ -6,13 +6,30 @@
 
 namespace trellis::cli {
 
+void ComputeOverrides::add_to(CLI::App* cmd) {
+  cmd->add_option("--device", device, "cpu | cuda (overrides compute.device)");
+  cmd->add_option("--dtype", dtype,
+                  "compute dtype: auto | bf16 | fp32 (overrides compute.dtype)");
+  cmd->add_option("--threads", threads,
+                  "CPU threads for tensor math, 0 = every core (overrides compute.threads)")
+      ->check(CLI::Range(0, 1 << 16));
+}
+
+void ComputeOverrides::apply(std::vector<std::string>& overrides) const {
+  if (!device.empty()) overrides.push_back("compute.device=" + device);
+  if (!dtype.empty()) overrides.push_back("compute.dtype=" + dtype);
+  if (threads >= 0) overrides.push_back("compute.threads=" + std::to_string(threads));
+}
+
 Config RunFlags::resolve() const {
   std::vector<std::filesystem::path> files(configs.begin(), configs.end());
   const auto saved = std::filesystem::path(run_dir) / "config.toml";
   if (resume && files.empty() && !run_dir.empty() && std::filesystem::exists(saved)) {
     files = {saved};
   }
-  Config config = Config::resolve(files, overrides);
+  std::vector<std::string> all = overrides;
+  compute.apply(all);
+  Config config = Config::resolve(files, all);
   if (!run_dir.empty()) config.set_string("run.dir", run_dir);
   if (resume && config.get<std::string>("run.dir").empty()) {
     fail("--resume", "name the run to resume with --run-dir DIR (or run.dir)");
@@ -24,6 +41,7 @@ void add_run_flags(CLI::App* cmd, RunFlags& flags) {
   cmd->add_option("config", flags.configs, "TOML configuration files, applied left to right")
       ->check(CLI::ExistingFile);
   cmd->add_option("--set", flags.overrides, "override one key: section.key=value (repeatable)");
+  flags.compute.add_to(cmd);
   cmd->add_option("--run-dir", flags.run_dir,
                   "run directory (default: runs/<run.name>-<UTC timestamp>/)");
   cmd->add_flag("--resume", flags.resume,

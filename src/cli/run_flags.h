@@ -1,6 +1,6 @@
-// Flags of the commands driven by a configuration (`trellis sft`, `trellis rl`): CONFIG files
-// (positional, composed left to right), --set section.key=value overrides, --run-dir and
-// --resume.
+// Flags of the commands driven by a configuration (`trellis sft`, `trellis rl`, `trellis run`, the
+// roles): CONFIG files (positional, composed left to right), --set section.key=value overrides,
+// --device / --dtype / --threads, --run-dir and --resume.
 #pragma once
 
 #include <string>
@@ -13,8 +13,18 @@
 
 namespace trellis::cli {
 
+// --device / --dtype / --threads for commands driven by a configuration: given, each overrides
+// its [compute] key after every CONFIG file and --set.
+struct ComputeOverrides {
+  std::string device, dtype;  // "" = not given
+  int threads = -1;           // -1 = not given
+  void add_to(CLI::App* cmd);
+  void apply(std::vector<std::string>& overrides) const;
+};
+
 struct RunFlags {
   std::vector<std::string> configs, overrides;
+  ComputeOverrides compute;
   std::string run_dir;  // "" = run.dir, else runs/<run.name>-<UTC timestamp>/
   bool resume = false;  // continue the run directory's newest checkpoint
 

@@ -91,6 +91,8 @@ validation = true       # uploads that pass the orchestrator's checks wait for a
 validator_token = ""    # bearer token validators send to claim, download and decide; "" = open
 validation_lease_s = 120  # a claimed submission goes back to the queue when no verdict comes within this
 evict_on_reject = true  # a node whose submission a validator rejects is evicted
+work_lease_s = 600      # work handed to a worker holds its step's quota this long (admission control)
+max_backlog_steps = 2.0  # no new work while samples waiting for a verdict or being generated reach this many steps' worth
 
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key

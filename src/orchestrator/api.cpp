@@ -3,12 +3,14 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <csignal>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "common/error.h"
@@ -17,6 +19,7 @@
 #include "common/identity.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "orchestrator/admission.h"
 #include "orchestrator/signed_url.h"
 #include "orchestrator/state.h"
 #include "orchestrator/step_counter.h"
@@ -29,6 +32,8 @@ namespace trellis::orchestrator {
 namespace {
 
 constexpr double kTokensWindowS = 60;  // rollout_tokens_per_s averages over this long
+// Validators are behind while work was held back for the backlog bound this recently.
+constexpr double kBehindWindowS = 10;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -179,7 +184,9 @@ Json submission_json(const Submission& s) {
           {"decided_at", s.decided_at},
           {"validator", s.validator},
           {"claimed_by", s.claimed_by},
-          {"lease_expires", s.lease_expires}};
+          {"lease_expires", s.lease_expires},
+          {"groups", s.groups},
+          {"work_expires", s.work_expires}};
 }
 
 constexpr size_t kMaxReasonBytes = 1000;         // of an eviction's reason
@@ -226,6 +233,14 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.validator_token = config.get<std::string>("orchestrator.validator_token");
   o.validation_lease_s = config.get_at_least<int64_t>("orchestrator.validation_lease_s", 1);
   o.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
+  o.work_lease_s = config.get_at_least<int64_t>("orchestrator.work_lease_s", 1);
+  o.max_backlog_steps = config.get<double>("orchestrator.max_backlog_steps");
+  if (!(o.max_backlog_steps * static_cast<double>(o.batch_size) >=
+        static_cast<double>(o.group_size))) {
+    fail("orchestrator.max_backlog_steps",
+         "{} x rl.batch_size ({}) must leave room for one group of rl.group_size ({})",
+         o.max_backlog_steps, o.batch_size, o.group_size);
+  }
   return o;
 }
 
@@ -242,6 +257,8 @@ struct Server::Impl {
   std::string url;
 
   std::mutex decide_mu;  // one decision (accept, reject, validating, evict) at a time
+  std::mutex admit_mu;   // one assignment at a time, so two workers never fill the same gap
+  std::atomic<double> backlog_full_at{0};  // when work was last held back for the backlog bound
   std::mutex metrics_mu;
   std::map<std::string, int64_t> refused;  // by reason code, since start
 
@@ -300,7 +317,7 @@ struct Server::Impl {
         if (e.status != 422) {  // rejections were logged as decisions
           log::info("orchestrator: refused {} {}: {}", req.method, req.path, e.what());
         }
-        reply_json(res, {{"error", e.what()}}, e.status);
+        reply_json(res, {{"error", e.what()}, {"code", e.kind}}, e.status);
       } catch (const Error& e) {
         count_refusal("malformed_request");
         reply_json(res, {{"error", e.what()}}, 400);
@@ -331,6 +348,7 @@ struct Server::Impl {
               res.set_content(metrics(), "text/plain; version=0.0.4");
             }));
     svr.Get("/status", guarded([this](const auto&, auto& res) { reply_json(res, status()); }));
+    svr.Post("/work", guarded([this](const auto& req, auto& res) { work(req, res); }));
     svr.Post("/submissions",
              guarded([this](const auto& req, auto& res) { submissions(req, res); }));
     svr.Put(R"(/upload/([^/]+)/([^/]+))",
@@ -396,6 +414,9 @@ struct Server::Impl {
 
   Json status() {
     const auto counts = state.count_by_status();
+    const auto samples = state.samples_by_status();
+    int64_t generated = 0;
+    for (const auto& [status, n] : samples) generated += n;
     const int64_t version = state.policy_version();
     return {{"run_id", state.run_id()},
             {"step", step_counter_now()},
@@ -405,12 +426,32 @@ struct Server::Impl {
             {"async_level", opt.async_level},
             {"batch_size", opt.batch_size},
             {"group_size", opt.group_size},
+            {"assigned", counts.at("assigned")},
             {"pending", counts.at("pending")},
             {"validating", counts.at("validating")},
             {"accepted", counts.at("accepted")},
             {"rejected", counts.at("rejected")},
+            {"dropped", counts.at("dropped")},
+            {"samples",
+             {{"generated", generated},
+              {"validating", samples.at("validating")},
+              {"accepted", samples.at("accepted")},
+              {"rejected", samples.at("rejected")},
+              {"dropped", samples.at("dropped")}}},
+            {"max_backlog_samples", max_backlog_samples()},
+            {"validators_behind", now_s() - backlog_full_at < kBehindWindowS},
+            {"judged_samples_per_s", judged_per_s()},
             {"rollout_tokens_per_s", tokens_per_s()},
             {"done", version >= opt.steps}};
+  }
+
+  int64_t max_backlog_samples() const {
+    return static_cast<int64_t>(opt.max_backlog_steps * static_cast<double>(opt.batch_size));
+  }
+
+  double judged_per_s() {
+    return static_cast<double>(state.samples_judged_since(now_s() - kTokensWindowS)) /
+           kTokensWindowS;
   }
 
   std::string metrics() {
@@ -438,6 +479,20 @@ struct Server::Impl {
     gauge("trellis_orchestrator_rollout_tokens_per_second",
           "completion tokens accepted per second over the last 60 s",
           fmt::format("{}", tokens_per_s()));
+    out +=
+        "# HELP trellis_orchestrator_samples samples by the status of their file (generated = "
+        "the sum)\n"
+        "# TYPE trellis_orchestrator_samples gauge\n";
+    int64_t generated = 0;
+    for (const auto& [status, n] : state.samples_by_status()) {
+      generated += n;
+      if (status != "assigned")
+        out += fmt::format("trellis_orchestrator_samples{{status=\"{}\"}} {}\n", status, n);
+    }
+    out += fmt::format("trellis_orchestrator_samples{{status=\"generated\"}} {}\n", generated);
+    gauge("trellis_orchestrator_judged_samples_per_second",
+          "samples validators accepted or rejected per second over the last 60 s",
+          fmt::format("{}", judged_per_s()));
     const NodeCounts nodes = state.node_counts();
     out += fmt::format(
         "# HELP trellis_orchestrator_nodes nodes registered (and not evicted) and evicted\n"
@@ -521,11 +576,12 @@ struct Server::Impl {
     const std::string where = "GET /submissions";
     require_trainer(req, where);
     const std::string status = req.get_param_value("status");
-    if (!status.empty() && status != "pending" && status != "validating" && status != "accepted" &&
-        status != "rejected") {
+    static const std::set<std::string> kStatuses = {"assigned", "pending",  "validating",
+                                                    "accepted", "rejected", "dropped"};
+    if (!status.empty() && !kStatuses.count(status)) {
       refuse(400, "malformed_request",
-             fmt::format("query parameter 'status' must be pending, validating, accepted or "
-                         "rejected, got '{}' ({})",
+             fmt::format("query parameter 'status' must be assigned, pending, validating, "
+                         "accepted, rejected or dropped, got '{}' ({})",
                          status.substr(0, 100), where));
     }
     std::optional<int64_t> step;
@@ -697,6 +753,44 @@ struct Server::Impl {
     }
   }
 
+  // POST /work: what the node generates next (admission.h), or why it waits. A node has one piece
+  // of work at a time: asking again while its lease runs returns it (a restarted worker picks it
+  // up), its quota held for another orchestrator.work_lease_s.
+  void work(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /work";
+    const Json body = parse_body(req, where);
+    const std::string node = address_field(body, "node_address", where);
+    WorkRequest ask;
+    ask.held_version = integer_field(body, "policy_version", -1, INT32_MAX, where);
+    ask.max_groups = integer_field(body, "groups", 1, INT32_MAX, where);
+    refuse_evicted(node);
+    std::lock_guard lock(admit_mu);
+    const double now = now_s();
+    const double expires = now + static_cast<double>(opt.work_lease_s);
+    std::optional<Submission> given = state.open_assignment(node, now);
+    if (given) {
+      state.renew(given->id, expires);
+      given->work_expires = expires;
+    } else {
+      const AdmissionRules rules{opt.steps, opt.batch_size, opt.group_size, opt.async_level,
+                                 opt.validation ? max_backlog_samples() : INT64_MAX};
+      const Admission a = admit(rules, state.admission_snapshot(opt.steps, opt.batch_size, now), ask);
+      if (!a.step) {
+        if (a.backlog_full) backlog_full_at = now;
+        reply_json(res, {{"work", nullptr}, {"reason", a.wait_reason}});
+        return;
+      }
+      given = state.assign(*a.step, node, a.groups, expires, now);
+      log::debug("orchestrator: assigned {} ({} groups)", describe(given->key), a.groups);
+    }
+    reply_json(res, {{"work",
+                      {{"step", given->key.step},
+                       {"submission", given->key.submission},
+                       {"groups", given->groups},
+                       {"expires", given->work_expires}}},
+                     {"reason", ""}});
+  }
+
   void submissions(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /submissions";
     const Json body = parse_body(req, where);
@@ -718,8 +812,7 @@ struct Server::Impl {
     }
     const int64_t size = integer_field(body, "size", 1, INT64_MAX, where);
     refuse_evicted(key.node_address);
-    const std::string what =
-        fmt::format("step {} submission {} of node {}", key.step, key.submission, key.node_address);
+    const std::string what = describe(key);
     if (size > opt.max_upload_bytes) {
       refuse(400, "too_large",
              fmt::format("{}: {} bytes is more than orchestrator.max_upload_mib ({} bytes)", what,
@@ -730,27 +823,24 @@ struct Server::Impl {
              fmt::format("{}: the run has steps 0 to {} (rl.steps = {})", what, opt.steps - 1,
                          opt.steps));
     }
-    const auto signal = state.signal_samples_by_step();
-    const int64_t counter = step_counter(signal, opt.steps, opt.batch_size);
-    const auto have = signal.find(key.step);
-    if (have != signal.end() && have->second >= opt.batch_size) {
-      refuse(409, "step_full",
-             fmt::format(
-                 "{}: the step already has {} of {} signal samples (the step counter is at {})",
-                 what, have->second, opt.batch_size, counter));
+    // Work is handed out by POST /work within the step's quota and the version window, and a
+    // step that fills drops its open work: what is still open here may be uploaded.
+    const double now = now_s();
+    const std::string open =
+        state.request(key, sha, size, opt.group_size, now + opt.work_lease_s, now);
+    if (open.empty()) {
+      refuse(409, "not_assigned",
+             fmt::format("{} was never assigned to this node: ask for work with POST /work", what));
     }
-    const int64_t version = state.policy_version();
-    if (key.step > version + opt.async_level) {
-      refuse(409, "step_ahead",
-             fmt::format(
-                 "{}: the newest policy is version {} and async_level is {}, so steps up to {} "
-                 "are open (the step counter is at {})",
-                 what, version, opt.async_level, version + opt.async_level, counter));
-    }
-    const std::string open = state.request(key, sha, size, now_s());
     if (open == "accepted") refuse(409, "duplicate", fmt::format("{} is already accepted", what));
     if (open == "validating") {
       refuse(409, "in_validation", fmt::format("{} is being validated", what));
+    }
+    if (open != "pending") {  // rejected or dropped: the way on, and why
+      const auto row = state.latest(key);
+      refuse(409, open,
+             fmt::format("{} was {}: ask POST /work for new work ({})", what, open,
+                         row ? row->reason.substr(0, 2000) : ""));
     }
     const int64_t expires = static_cast<int64_t>(now_s()) + opt.url_ttl_s;
     const std::string path =
@@ -771,13 +861,26 @@ struct Server::Impl {
     refuse(422, kind, reason);
   }
 
-  // The checks of an uploaded file that need its contents: every row belongs to this run, node,
-  // step and submission; the worker signed the body; every token was sampled by a policy version
-  // the step may use. Returns the reject reason code and message, or nothing.
+  // The checks of an uploaded file that need its contents: it holds no more than its assignment's
+  // `groups` (0 = any); every row belongs to this run, node, step and submission; the worker
+  // signed the body; every token was sampled by a policy version the step may use. Returns the
+  // reject reason code and message, or nothing.
   std::optional<std::pair<std::string, std::string>> check_file(const SubmissionKey& key,
+                                                                int64_t groups,
                                                                 const rollout::RolloutFile& file,
                                                                 const std::string& where) {
     if (file.rows.empty()) return {{"empty_file", "schema: the file has no rows"}};
+    if (groups > 0) {  // the assignment's size: what its step's quota counted on
+      std::set<int32_t> indices;
+      for (const auto& r : file.rows) indices.insert(r.group_index);
+      const auto rows = static_cast<int64_t>(file.rows.size());
+      if (static_cast<int64_t>(indices.size()) > groups || rows > groups * opt.group_size) {
+        return {{"too_many_rows",
+                 fmt::format("upload: the file holds {} rows in {} groups; the assignment allows "
+                             "{} groups of {} (rl.group_size)",
+                             rows, indices.size(), groups, opt.group_size)}};
+      }
+    }
     const int64_t newest = state.policy_version();
     const int64_t oldest = key.step - opt.async_level;
     for (size_t i = 0; i < file.rows.size(); ++i) {
@@ -830,10 +933,14 @@ struct Server::Impl {
         refuse(409, "duplicate", what + " is already accepted");
       if (latest && latest->status == "validating")
         refuse(409, "in_validation", what + " is being validated");
-      refuse(
-          409, "not_pending",
-          fmt::format("{} has no pending request (ask for a new upload URL with POST /submissions)",
-                      what));
+      if (latest && (latest->status == "dropped" || latest->status == "rejected")) {
+        refuse(409, latest->status,
+               fmt::format("{} was {}: ask POST /work for new work ({})", what, latest->status,
+                           latest->reason.substr(0, 2000)));
+      }
+      refuse(409, "not_pending",
+             fmt::format("{} has no pending request (ask for an upload URL with POST /submissions)",
+                         what));
     }
     const std::string where = "upload of " + what;
     const std::string& bytes = req.body;
@@ -851,7 +958,9 @@ struct Server::Impl {
     } catch (const Error& e) {
       reject(key, "bad_file", fmt::format("schema: not a valid rollout file: {}", e.what()));
     }
-    if (auto bad = check_file(key, file, where)) reject(key, bad->first, bad->second);
+    if (auto bad = check_file(key, latest->groups, file, where)) {
+      reject(key, bad->first, bad->second);
+    }
 
     // The orchestrator's checks passed: with validators the file waits for a verdict, without
     // them it is accepted now.
@@ -874,8 +983,9 @@ struct Server::Impl {
         } else {
           store.remove(key.step, name);
         }
-        refuse(409, "not_pending", what + " was decided by another upload meanwhile");
+        refuse(409, "not_pending", what + " was decided meanwhile (its step may have closed)");
       }
+      if (!waiting) close_full_steps();
     }
     if (waiting) {
       log::info(
@@ -958,11 +1068,12 @@ struct Server::Impl {
     std::lock_guard lock(decide_mu);
     const auto row = state.latest(key);
     if (!row || row->status != "validating") {
-      const std::string now_is = !row                        ? "there is no such submission"
-                                 : row->status == "rejected" ? "it was rejected: " + row->reason
-                                 : row->status == "accepted"
-                                     ? "it is accepted already"
-                                     : "it is pending (its file has not arrived)";
+      const std::string now_is =
+          !row                        ? "there is no such submission"
+          : row->status == "accepted" ? "it is accepted already"
+          : row->status == "rejected" || row->status == "dropped"
+              ? fmt::format("it was {}: {}", row->status, row->reason)
+              : "its file has not arrived";
       refuse(409, "not_validating",
              fmt::format("{} is not being validated: {}", describe(key), now_is.substr(0, 2000)));
     }
@@ -1006,7 +1117,32 @@ struct Server::Impl {
         "orchestrator: validator {} accepted {}{}: {} samples, {} with signal; step counter {}",
         validator, describe(key), samples_checked, row.counts.samples, row.counts.signal_samples,
         step_counter_now());
+    close_full_steps();
     return "accepted";
+  }
+
+  // Drops the open work of steps whose accepted files now hold what they need: surplus, never
+  // judged and never held against its node (callers hold decide_mu).
+  void close_full_steps() {
+    std::map<int64_t, std::pair<int64_t, int64_t>> by_step;  // validating, still in flight
+    for (const Submission& s : state.close_full_steps(opt.batch_size, now_s())) {
+      if (s.status == "validating") {
+        ++by_step[s.key.step].first;
+        try {  // committed: a file left behind is removed by the next start
+          validating.remove(s.key.step, file_name(s.key));
+        } catch (const Error& e) {
+          log::error("orchestrator: {}", e.what());
+        }
+      } else {
+        ++by_step[s.key.step].second;
+      }
+    }
+    for (const auto& [step, n] : by_step) {
+      log::info(
+          "orchestrator: step {} closed; dropped its surplus unjudged: {} file{} waiting for a "
+          "validator, {} assignment{} in flight",
+          step, n.first, n.first == 1 ? "" : "s", n.second, n.second == 1 ? "" : "s");
+    }
   }
 
   // The rejecting half of verdict() (callers hold decide_mu; `row` is validating).

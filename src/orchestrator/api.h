@@ -10,9 +10,13 @@
 //   GET  /metrics                       Prometheus text
 //   GET  /status                        run id, step counter, policy version, trainer public key,
 //                                       run shape, counts
+//   POST /work                          {node_address, policy_version, groups} -> {work: {step,
+//                                       submission, groups, expires} or null, reason}: what the
+//                                       node generates next (admission.h); 403 evicted node
 //   POST /submissions                   {node_address, step, submission, sha256, size} ->
-//                                       {upload_url, expires}; 400 malformed, 403 evicted node,
-//                                       409 refused (full step, accepted, being validated, ...)
+//                                       {upload_url, expires} for assigned work; 400 malformed,
+//                                       403 evicted node, 409 refused (not assigned, dropped,
+//                                       accepted, being validated, ...)
 //   PUT  /upload/step_<s>/<node>-<sub>.parquet?expires=&sig=
 //                                       the file: 202 {status: "validating", samples,
 //                                       signal_samples} (200 "accepted" without validation);
@@ -71,6 +75,8 @@ struct ApiOptions {
   std::string validator_token;       // "" = the validation endpoints are open
   int64_t validation_lease_s = 120;  // a claim not decided by then goes back to the queue
   bool evict_on_reject = true;       // a node whose file a validator rejects is evicted
+  int64_t work_lease_s = 600;        // an assignment holds its step's quota this long
+  double max_backlog_steps = 2;      // samples awaiting a verdict or in flight, in steps' worth
   int http_threads = 16;
 };
 

@@ -23,6 +23,15 @@ std::string reason(const httplib::Result& res) {
   }
 }
 
+// The refusal's code ({"code": ...}; "" without one).
+std::string code(const httplib::Result& res) {
+  try {
+    return Json::parse(res->body).value("code", "");
+  } catch (...) {
+    return "";
+  }
+}
+
 }  // namespace
 
 std::string client_url(const Config& config) {
@@ -77,16 +86,50 @@ Status Client::status() {
     s.async_level = j.at("async_level").get<int64_t>();
     s.batch_size = j.at("batch_size").get<int64_t>();
     s.group_size = j.at("group_size").get<int64_t>();
+    s.assigned = j.at("assigned").get<int64_t>();
     s.pending = j.at("pending").get<int64_t>();
     s.validating = j.at("validating").get<int64_t>();
     s.accepted = j.at("accepted").get<int64_t>();
     s.rejected = j.at("rejected").get<int64_t>();
+    s.dropped = j.at("dropped").get<int64_t>();
+    const Json& samples = j.at("samples");
+    s.generated_samples = samples.at("generated").get<int64_t>();
+    s.validating_samples = samples.at("validating").get<int64_t>();
+    s.accepted_samples = samples.at("accepted").get<int64_t>();
+    s.rejected_samples = samples.at("rejected").get<int64_t>();
+    s.dropped_samples = samples.at("dropped").get<int64_t>();
+    s.max_backlog_samples = j.at("max_backlog_samples").get<int64_t>();
+    s.validators_behind = j.at("validators_behind").get<bool>();
+    s.judged_samples_per_s = j.at("judged_samples_per_s").get<double>();
     s.rollout_tokens_per_s = j.at("rollout_tokens_per_s").get<double>();
     s.done = j.at("done").get<bool>();
   } catch (const Json::exception& e) {
     fail(base_url_ + "/status", "unexpected answer: {}", e.what());
   }
   return s;
+}
+
+WorkAnswer Client::request_work(const std::string& node_address, int64_t held_version,
+                                int64_t max_groups) {
+  const std::string path = "/work";
+  auto c = connect(base_url_, token_, timeout_s_);
+  const Json request{
+      {"node_address", node_address}, {"policy_version", held_version}, {"groups", max_groups}};
+  auto res = c.Post(path, request.dump(), "application/json");
+  if (!res || res->status != 200) fail(base_url_ + path, "asking for work failed: {}", reason(res));
+  WorkAnswer out;
+  try {
+    const Json j = Json::parse(res->body);
+    out.wait_reason = j.at("reason").get<std::string>();
+    const Json& w = j.at("work");
+    if (!w.is_null()) {
+      out.work = Assignment{w.at("step").get<int64_t>(), w.at("submission").get<int64_t>(),
+                            w.at("groups").get<int64_t>(), w.at("expires").get<double>()};
+    }
+  } catch (const std::exception& e) {
+    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  }
+  return out;
 }
 
 std::string Client::submit(const std::string& node_address, int64_t step, int64_t submission,
@@ -100,6 +143,7 @@ std::string Client::submit(const std::string& node_address, int64_t step, int64_
                      {"sha256", sha256_hex(file_bytes)},
                      {"size", file_bytes.size()}};
   auto res = c.Post("/submissions", request.dump(), "application/json");
+  if (res && res->status == 409 && code(res) == "dropped") return "dropped";
   if (!res || res->status != 200) fail(where, "upload refused: {}", reason(res));
   std::string url;
   try {
@@ -108,6 +152,7 @@ std::string Client::submit(const std::string& node_address, int64_t step, int64_
     fail(where, "no upload_url in the answer: {}", e.what());
   }
   auto put = c.Put(url, file_bytes.data(), file_bytes.size(), "application/vnd.apache.parquet");
+  if (put && put->status == 409 && code(put) == "dropped") return "dropped";
   if (!put || (put->status != 200 && put->status != 202)) {
     fail(where, "upload rejected: {}", reason(put));
   }
@@ -240,6 +285,8 @@ std::vector<Submission> Client::submissions(const std::string& status,
       s.validator = e.at("validator").get<std::string>();
       s.claimed_by = e.at("claimed_by").get<std::string>();
       s.lease_expires = e.at("lease_expires").get<double>();
+      s.groups = e.at("groups").get<int64_t>();
+      s.work_expires = e.at("work_expires").get<double>();
       out.push_back(std::move(s));
     }
   } catch (const Json::exception& e) {

@@ -24,9 +24,32 @@ struct Status {
   std::string trainer_public_key;  // hex Ed25519 key that signs checkpoint manifests; "" = unknown
   int64_t steps = 0;               // rl.steps: the run is done when the trainer has published it
   int64_t async_level = 0, batch_size = 0, group_size = 0;
-  int64_t pending = 0, validating = 0, accepted = 0, rejected = 0;  // submissions by status
+  // Submissions by status.
+  int64_t assigned = 0, pending = 0, validating = 0, accepted = 0, rejected = 0, dropped = 0;
+  // Samples by what became of them: generated (in every file a worker made, whatever became of
+  // it), waiting for a verdict (the validation backlog), accepted, rejected, and dropped unjudged
+  // (surplus of a step that filled first).
+  int64_t generated_samples = 0, validating_samples = 0, accepted_samples = 0,
+          rejected_samples = 0, dropped_samples = 0;
+  int64_t max_backlog_samples = 0;  // no new work while the backlog and work in flight reach this
+  bool validators_behind = false;   // work was held back for that bound in the last 10 s
+  double judged_samples_per_s = 0;  // samples validators decided on per second, last 60 s
   double rollout_tokens_per_s = 0;  // completion tokens accepted per second, last 60 s
   bool done = false;                // policy_version >= steps
+};
+
+// Work the orchestrator handed to a node (POST /work): generate up to `groups` prompt groups for
+// `step` as submission number `submission`, before `expires` (unix seconds) while it holds the
+// step's quota.
+struct Assignment {
+  int64_t step = 0, submission = 0, groups = 0;
+  double expires = 0;
+};
+
+// What POST /work answered: the node's work, or why it waits.
+struct WorkAnswer {
+  std::optional<Assignment> work;
+  std::string wait_reason;
 };
 
 // One accepted file of a step, in acceptance order.
@@ -65,10 +88,15 @@ class Client {
   ~Client();
 
   Status status();
+  // POST /work: what `node_address`, holding policy version `held_version` (-1: none), generates
+  // next, in files of at most `max_groups` groups; its open work when it has some.
+  WorkAnswer request_work(const std::string& node_address, int64_t held_version,
+                          int64_t max_groups);
   // POST /submissions (node, step, submission, sha256, size) for a signed upload URL, then PUT
   // the bytes there. Returns the upload's status: "validating" (it waits for a validator's
-  // verdict) or "accepted" (the orchestrator runs without validators); Error with the server's
-  // reason when the upload is refused or rejected.
+  // verdict), "accepted" (the orchestrator runs without validators) or "dropped" (the step filled
+  // before the file came: it is not needed, and not held against the node); Error with the
+  // server's reason when the upload is refused or rejected.
   std::string submit(const std::string& node_address, int64_t step, int64_t submission,
                      std::string_view file_bytes);
   // GET /steps/<step>/accepted

@@ -11,7 +11,7 @@
 namespace trellis::orchestrator {
 namespace {
 
-constexpr const char* kSchemaVersion = "2";
+constexpr const char* kSchemaVersion = "3";
 
 // The submissions table; {} is its name (a migration builds it beside the old one).
 constexpr const char* kSubmissionsTable = R"sql(
@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS {} (
   submission INTEGER NOT NULL,
   sha256 TEXT NOT NULL,
   size INTEGER NOT NULL,
-  status TEXT NOT NULL CHECK (status IN ('pending', 'validating', 'accepted', 'rejected')),
+  status TEXT NOT NULL CHECK (status IN ('assigned', 'pending', 'validating', 'accepted', 'rejected',
+                                         'dropped')),
   reason TEXT NOT NULL DEFAULT '',
   samples INTEGER NOT NULL DEFAULT 0,
   signal_samples INTEGER NOT NULL DEFAULT 0,
@@ -33,7 +34,9 @@ CREATE TABLE IF NOT EXISTS {} (
   uploaded_at REAL NOT NULL DEFAULT 0,
   validator TEXT NOT NULL DEFAULT '',
   claimed_by TEXT NOT NULL DEFAULT '',
-  lease_expires REAL NOT NULL DEFAULT 0
+  lease_expires REAL NOT NULL DEFAULT 0,
+  groups INTEGER NOT NULL DEFAULT 0,
+  work_expires REAL NOT NULL DEFAULT 0
 );
 )sql";
 
@@ -54,26 +57,38 @@ CREATE TABLE IF NOT EXISTS nodes (
 
 constexpr const char* kIndexes = R"sql(
 CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_open
-  ON submissions (step, node, submission) WHERE status IN ('pending', 'validating', 'accepted');
+  ON submissions (step, node, submission)
+  WHERE status IN ('assigned', 'pending', 'validating', 'accepted');
+CREATE INDEX IF NOT EXISTS submissions_by_node ON submissions (node, status);
 CREATE INDEX IF NOT EXISTS submissions_by_step ON submissions (step, status, accept_seq);
 CREATE INDEX IF NOT EXISTS submissions_by_decision ON submissions (status, decided_at);
 CREATE INDEX IF NOT EXISTS submissions_queue ON submissions (status, uploaded_at);
 )sql";
 
-// Schema version 1 had no validating status (a CHECK constraint, so the table is rebuilt), no
-// upload time, validator or lease, and no rejection counts on nodes. An accepted file's upload
-// time is its decision time.
+// Older schemas are migrated by rebuilding the submissions table (its status CHECK changed) into
+// submissions_v3 and renaming it. Version 1 had no validating status, upload time, validator or
+// lease, and no rejection counts on nodes (an accepted file's upload time is its decision time);
+// version 2 had no assigned or dropped status, groups or assignment expiry (0: rows handed out by
+// workers themselves, never counted as assignments).
 constexpr const char* kMigrateFromV1 = R"sql(
-INSERT INTO submissions_v2 (id, step, node, submission, sha256, size, status, reason, samples,
+INSERT INTO submissions_v3 (id, step, node, submission, sha256, size, status, reason, samples,
   signal_samples, completion_tokens, created_at, decided_at, accept_seq, uploaded_at)
 SELECT id, step, node, submission, sha256, size, status, reason, samples, signal_samples,
   completion_tokens, created_at, decided_at, accept_seq,
   CASE WHEN status = 'accepted' THEN decided_at ELSE 0 END
 FROM submissions;
-DROP TABLE submissions;
-ALTER TABLE submissions_v2 RENAME TO submissions;
 ALTER TABLE nodes ADD COLUMN rejections INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE nodes ADD COLUMN last_rejection TEXT NOT NULL DEFAULT '';
+)sql";
+
+constexpr const char* kMigrateFromV2 = R"sql(
+INSERT INTO submissions_v3 (id, step, node, submission, sha256, size, status, reason, samples,
+  signal_samples, completion_tokens, created_at, decided_at, accept_seq, uploaded_at, validator,
+  claimed_by, lease_expires)
+SELECT id, step, node, submission, sha256, size, status, reason, samples, signal_samples,
+  completion_tokens, created_at, decided_at, accept_seq, uploaded_at, validator, claimed_by,
+  lease_expires
+FROM submissions;
 )sql";
 
 constexpr const char* kNodeColumns =
@@ -83,7 +98,7 @@ constexpr const char* kNodeColumns =
 constexpr const char* kColumns =
     "id, step, node, submission, sha256, size, status, reason, samples, signal_samples, "
     "completion_tokens, created_at, decided_at, uploaded_at, validator, claimed_by, "
-    "lease_expires";
+    "lease_expires, groups, work_expires";
 
 // One prepared statement; bind() fills parameters left to right.
 class Stmt {
@@ -137,6 +152,8 @@ class Stmt {
     s.validator = text(14);
     s.claimed_by = text(15);
     s.lease_expires = f64(16);
+    s.groups = i64(17);
+    s.work_expires = f64(18);
     return s;
   }
   Node node() {  // the columns of kNodeColumns
@@ -226,10 +243,10 @@ State::State(const std::filesystem::path& path, const std::string& run_id) : pat
       exec(kNodesTable);
       exec(kIndexes);
       set_meta("schema_version", kSchemaVersion);
-    } else if (version == "1") {
-      migrate_from_v1();
+    } else if (version == "1" || version == "2") {
+      migrate(version);
     } else if (version != kSchemaVersion) {
-      fail(path_, "the database has schema version {}, this trellis reads versions 1 and {}",
+      fail(path_, "the database has schema version {}, this trellis reads versions 1 to {}",
            version, kSchemaVersion);
     }
     run_id_ = meta("run_id");
@@ -254,9 +271,10 @@ State::State(const std::filesystem::path& path, const std::string& run_id) : pat
 
 State::~State() { sqlite3_close(db_); }
 
-void State::migrate_from_v1() {
-  exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions_v2").c_str());
-  exec(kMigrateFromV1);
+void State::migrate(const std::string& from_version) {
+  exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions_v3").c_str());
+  exec(from_version == "1" ? kMigrateFromV1 : kMigrateFromV2);
+  exec("DROP TABLE submissions; ALTER TABLE submissions_v3 RENAME TO submissions;");
   exec(kIndexes);
   set_meta("schema_version", kSchemaVersion);
 }
@@ -377,9 +395,10 @@ Eviction State::evict_locked(const std::string& address, const std::string& reas
             path_);
   find.bind(address);
   while (find.step()) out.rejected.push_back({find.i64(0), address, find.i64(1)});
+  // Its open work goes too, so that its share of each step's quota is handed out again.
   Stmt drop(db_,
             "UPDATE submissions SET status = 'rejected', reason = ?, decided_at = ? WHERE node = ? "
-            "AND status = 'validating'",
+            "AND status IN ('assigned', 'pending', 'validating')",
             path_);
   drop.bind(eviction_message(out.node)).bind(now).bind(address).step();
   return out;
@@ -413,44 +432,108 @@ Allowlist State::allowlist() {
   return {std::stoll(meta("allowlist_revision")), allowed_ips()};
 }
 
+std::optional<Submission> State::open_assignment(const std::string& node_address, double now) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         fmt::format("SELECT {} FROM submissions WHERE node = ? AND status IN ('assigned', "
+                     "'pending') AND work_expires > ? ORDER BY id DESC LIMIT 1",
+                     kColumns),
+         path_);
+  q.bind(node_address).bind(now);
+  if (!q.step()) return std::nullopt;
+  return q.submission();
+}
+
+Submission State::assign(int64_t step, const std::string& node_address, int64_t groups,
+                         double expires, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt next(db_,
+            "SELECT COALESCE(MAX(submission) + 1, 0) FROM submissions WHERE step = ? AND node = ?",
+            path_);
+  next.bind(step).bind(node_address).step();
+  const int64_t submission = next.i64(0);
+  Stmt insert(db_,
+              "INSERT INTO submissions (step, node, submission, sha256, size, status, created_at, "
+              "groups, work_expires) VALUES (?, ?, ?, '', 0, 'assigned', ?, ?, ?)",
+              path_);
+  insert.bind(step).bind(node_address).bind(submission).bind(now).bind(groups).bind(expires);
+  insert.step();
+  Stmt row(db_, fmt::format("SELECT {} FROM submissions WHERE id = ?", kColumns), path_);
+  row.bind(static_cast<int64_t>(sqlite3_last_insert_rowid(db_))).step();
+  Submission out = row.submission();
+  tx.commit();
+  return out;
+}
+
+void State::renew(int64_t id, double expires) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "UPDATE submissions SET work_expires = ? WHERE id = ? AND status IN ('assigned', "
+         "'pending')",
+         path_);
+  q.bind(expires).bind(id).step();
+}
+
+AdmissionSnapshot State::admission_snapshot(int64_t steps, int64_t batch_size, double now) {
+  const auto signal = signal_samples_by_step();
+  std::lock_guard lock(mu_);
+  AdmissionSnapshot out;
+  out.counter = step_counter(signal, steps, batch_size);
+  out.policy_version = std::stoll(meta("policy_version"));
+  Stmt tallies(db_,
+               "SELECT step, SUM(CASE WHEN status = 'accepted' THEN signal_samples ELSE 0 END), "
+               "SUM(CASE WHEN status = 'validating' THEN signal_samples ELSE 0 END), "
+               "SUM(CASE WHEN status = 'validating' THEN samples ELSE 0 END), "
+               "SUM(CASE WHEN status IN ('assigned', 'pending') AND work_expires > ?1 THEN groups "
+               "ELSE 0 END) FROM submissions WHERE step >= ?2 AND status IN ('assigned', "
+               "'pending', 'validating', 'accepted') GROUP BY step",
+               path_);
+  tallies.bind(now).bind(out.counter);
+  while (tallies.step()) {
+    out.steps[tallies.i64(0)] = {tallies.i64(1), tallies.i64(2), tallies.i64(4)};
+    out.validating_samples += tallies.i64(3);
+    out.open_groups += tallies.i64(4);
+  }
+  // Validating files of steps below the counter are closed as their steps fill; none are left.
+  Stmt recent(db_,
+              "SELECT COALESCE(SUM(signal_samples), 0), COALESCE(SUM(samples), 0) FROM (SELECT "
+              "signal_samples, samples FROM submissions WHERE status IN ('validating', "
+              "'accepted') ORDER BY uploaded_at DESC LIMIT 32)",
+              path_);
+  recent.step();
+  if (recent.i64(1) > 0)
+    out.signal_ratio = static_cast<double>(recent.i64(0)) / static_cast<double>(recent.i64(1));
+  return out;
+}
+
 std::string State::request(const SubmissionKey& key, const std::string& sha256, int64_t size,
-                           double now) {
+                           int64_t group_size, double expires, double now) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
   Stmt find(db_,
-            "SELECT status FROM submissions WHERE step = ? AND node = ? AND submission = ? AND "
-            "status IN ('pending', 'validating', 'accepted')",
+            "SELECT id, status FROM submissions WHERE step = ? AND node = ? AND submission = ? "
+            "ORDER BY id DESC LIMIT 1",
             path_);
   find.bind(key.step).bind(key.node_address).bind(key.submission);
-  if (find.step()) {
-    const std::string status = find.text(0);
-    if (status != "pending") return status;
+  if (!find.step()) return "";
+  const int64_t id = find.i64(0);
+  const std::string status = find.text(1);
+  if (status == "assigned" || status == "pending") {
     Stmt update(db_,
-                "UPDATE submissions SET sha256 = ?, size = ?, created_at = ? WHERE step = ? AND "
-                "node = ? AND submission = ? AND status = 'pending'",
+                "UPDATE submissions SET status = 'pending', sha256 = ?, size = ?, samples = groups "
+                "* ?, created_at = ?, work_expires = ? WHERE id = ?",
                 path_);
-    update.bind(sha256)
-        .bind(size)
-        .bind(now)
-        .bind(key.step)
-        .bind(key.node_address)
-        .bind(key.submission);
-    update.step();
+    update.bind(sha256).bind(size).bind(group_size).bind(now).bind(expires).bind(id).step();
+  } else if (status == "dropped") {  // generated after all: counted as such
+    Stmt update(db_, "UPDATE submissions SET samples = MAX(samples, groups * ?) WHERE id = ?",
+                path_);
+    update.bind(group_size).bind(id).step();
   } else {
-    Stmt insert(db_,
-                "INSERT INTO submissions (step, node, submission, sha256, size, status, "
-                "created_at) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
-                path_);
-    insert.bind(key.step)
-        .bind(key.node_address)
-        .bind(key.submission)
-        .bind(sha256)
-        .bind(size)
-        .bind(now);
-    insert.step();
+    return status;
   }
   tx.commit();
-  return "pending";
+  return status == "dropped" ? status : "pending";
 }
 
 std::optional<Submission> State::latest(const SubmissionKey& key) {
@@ -531,7 +614,7 @@ std::optional<Submission> State::claim(const std::string& validator, double leas
   Stmt q(
       db_,
       fmt::format("SELECT {} FROM submissions WHERE status = 'validating' AND lease_expires <= ? "
-                  "ORDER BY uploaded_at, id LIMIT 1",
+                  "ORDER BY step, uploaded_at, id LIMIT 1",
                   kColumns),
       path_);
   q.bind(now);
@@ -592,6 +675,33 @@ Rejection State::reject_validated(const SubmissionKey& key, const std::string& r
   return out;
 }
 
+std::vector<Submission> State::close_full_steps(int64_t batch_size, double now) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, path_);
+  Stmt find(db_,
+            fmt::format("SELECT {} FROM submissions WHERE status IN ('assigned', 'pending', "
+                        "'validating') AND step IN (SELECT step FROM submissions WHERE status = "
+                        "'accepted' GROUP BY step HAVING SUM(signal_samples) >= ?) ORDER BY id",
+                        kColumns),
+            path_);
+  find.bind(batch_size);
+  std::vector<Submission> out;
+  while (find.step()) out.push_back(find.submission());
+  for (const Submission& s : out) {
+    Stmt drop(db_,
+              "UPDATE submissions SET status = 'dropped', reason = ?, decided_at = ? WHERE id = ?",
+              path_);
+    drop.bind(fmt::format("step {} closed: its accepted files hold the {} signal samples it "
+                          "needs, so this one was not judged (surplus, not the node's fault)",
+                          s.key.step, batch_size))
+        .bind(now)
+        .bind(s.id)
+        .step();
+  }
+  tx.commit();
+  return out;
+}
+
 std::vector<Submission> State::submissions(const std::string& status, std::optional<int64_t> step) {
   std::lock_guard lock(mu_);
   Stmt q(db_,
@@ -629,13 +739,38 @@ std::map<int64_t, int64_t> State::signal_samples_by_step() {
   return out;
 }
 
-std::map<std::string, int64_t> State::count_by_status() {
-  std::lock_guard lock(mu_);
-  std::map<std::string, int64_t> out{
-      {"pending", 0}, {"validating", 0}, {"accepted", 0}, {"rejected", 0}};
-  Stmt q(db_, "SELECT status, COUNT(*) FROM submissions GROUP BY status", path_);
+namespace {
+
+// Every status, each present with 0 until counted.
+std::map<std::string, int64_t> per_status(sqlite3* db, const char* sql, const std::string& where) {
+  std::map<std::string, int64_t> out{{"assigned", 0}, {"pending", 0},  {"validating", 0},
+                                     {"accepted", 0}, {"rejected", 0}, {"dropped", 0}};
+  Stmt q(db, sql, where);
   while (q.step()) out[q.text(0)] = q.i64(1);
   return out;
+}
+
+}  // namespace
+
+std::map<std::string, int64_t> State::count_by_status() {
+  std::lock_guard lock(mu_);
+  return per_status(db_, "SELECT status, COUNT(*) FROM submissions GROUP BY status", path_);
+}
+
+std::map<std::string, int64_t> State::samples_by_status() {
+  std::lock_guard lock(mu_);
+  return per_status(db_, "SELECT status, SUM(samples) FROM submissions GROUP BY status", path_);
+}
+
+int64_t State::samples_judged_since(double since) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "SELECT COALESCE(SUM(samples), 0) FROM submissions WHERE validator != '' AND decided_at "
+         ">= ? AND status IN ('accepted', 'rejected')",
+         path_);
+  q.bind(since);
+  q.step();
+  return q.i64(0);
 }
 
 FileCounts State::accepted_totals() {

@@ -2,18 +2,21 @@
 // synchronous=FULL, one transaction per change) so that a crash or restart loses no decision:
 //   meta         run_id (fixed when the database is created), the URL-signing secret, the newest
 //                published policy version, the trainer's public key, the allowlist revision
-//   submissions  one row per upload request: (step, node, submission), the declared sha256 and
-//                size, status pending -> validating -> accepted | rejected (with the reason;
-//                validating is skipped when no validators are configured), what the uploaded
-//                file holds (samples, signal samples, completion tokens), request, upload and
-//                decision times, the validator that decided and the one holding a lease on it,
-//                and the acceptance order
+//   submissions  one row per piece of work handed out: (step, node, submission), the groups the
+//                file may hold and until when the assignment holds its step's quota, the declared
+//                sha256 and size, status assigned -> pending -> validating -> accepted | rejected
+//                (with the reason; validating is skipped when no validators are configured), or
+//                dropped (surplus: its step filled first; never judged, never charged to the
+//                node), what the file holds (samples, signal samples, completion tokens), request,
+//                upload and decision times, the validator that decided and the one holding a lease
+//                on it, and the acceptance order
 //   nodes        one row per node address: the IP it last registered from, first and last
 //                registration times, the timestamp its newest registration was signed at,
 //                whether (why, when) it was evicted, and how often validators rejected its files
-// A (step, node, submission) has at most one row that is pending, validating or accepted (a
-// unique index enforces it); rejected rows stay as history, and a node may ask again for a
-// submission that was rejected. Leases live in the database, so they survive a restart.
+// A (step, node, submission) has at most one row that is assigned, pending, validating or accepted
+// (a unique index enforces it); rejected and dropped rows stay as history. Submission numbers are
+// the orchestrator's: the next one of (step, node) follows every number it handed out before.
+// Leases live in the database, so they survive a restart.
 //
 // Thread-safe: one connection behind a mutex.
 #pragma once
@@ -26,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "orchestrator/admission.h"
 #include "orchestrator/step_counter.h"
 
 struct sqlite3;
@@ -43,11 +47,15 @@ struct Submission {
   SubmissionKey key;
   std::string sha256;
   int64_t size = 0;
-  std::string status;  // pending | validating | accepted | rejected
-  std::string reason;  // why it was rejected
-  FileCounts counts;   // of an uploaded file that passed the orchestrator's checks
-  // Unix seconds: the (newest) upload request, the upload that passed the checks (0 before) and
-  // the verdict (0 while pending or validating).
+  std::string status;  // assigned | pending | validating | accepted | rejected | dropped
+  std::string reason;  // why it was rejected or dropped
+  // Of an uploaded file that passed the orchestrator's checks. Before the upload, `samples` is
+  // what the assignment allows once the file exists (an upload URL was asked for), else 0.
+  FileCounts counts;
+  int64_t groups = 0;       // prompt groups the file may hold; 0 = any (rows of schema v2)
+  double work_expires = 0;  // unix seconds: until then an open assignment holds its step's quota
+  // Unix seconds: the assignment or the (newest) upload request, the upload that passed the
+  // checks (0 before) and the decision (0 while open).
   double created_at = 0, uploaded_at = 0, decided_at = 0;
   std::string validator;     // who decided a validating submission; "" for the orchestrator
   std::string claimed_by;    // the validator that holds (or held) a lease on it; "" = never claimed
@@ -73,7 +81,7 @@ std::string eviction_message(const Node& node);
 // What an eviction did (State::evict, State::reject_validated).
 struct Eviction {
   Node node;                            // the node's row after the call
-  std::vector<SubmissionKey> rejected;  // its submissions that were validating, now rejected
+  std::vector<SubmissionKey> rejected;  // its submissions that were validating (had a file)
 };
 
 // What a validator's rejection did (State::reject_validated).
@@ -135,9 +143,10 @@ class State {
   Registration register_node(const std::string& address, const std::string& ip, int64_t signed_at,
                              double now);
   // Marks `address` evicted with `reason` (creating its row when it never registered); a node
-  // already evicted keeps its first reason and time. Every validating submission of the node
-  // becomes rejected ("node <address> was evicted: <reason>"), even when it was evicted before:
-  // none of its files are used. Bumps the allowlist revision when the allowed IP set changes.
+  // already evicted keeps its first reason and time. Every validating submission and open
+  // assignment of the node becomes rejected ("node <address> was evicted: <reason>"), even when
+  // it was evicted before: none of its files are used. Bumps the allowlist revision when the
+  // allowed IP set changes.
   Eviction evict(const std::string& address, const std::string& reason, double now);
   std::optional<Node> node(const std::string& address);
   // Every node, by address.
@@ -145,11 +154,26 @@ class State {
   NodeCounts node_counts();
   Allowlist allowlist();
 
-  // Records a pending request for `key`, or refreshes the pending one (declared hash, size,
-  // time). Returns "pending" then; "validating" or "accepted" (nothing recorded) when `key` is
-  // already past that.
+  // The node's newest open assignment (assigned, or pending: an upload URL was asked for) whose
+  // lease runs past `now`, if any.
+  std::optional<Submission> open_assignment(const std::string& node_address, double now);
+  // Hands (step, node, the next submission number of that pair) out: an assigned row for up to
+  // `groups` groups, holding its step's quota until `expires`. Returns the row.
+  Submission assign(int64_t step, const std::string& node_address, int64_t groups, double expires,
+                    double now);
+  // The open assignment `id` holds its quota until `expires` (a worker asked again for its work).
+  void renew(int64_t id, double expires);
+  // What admission control decides on (admission.h): the step counter for `batch_size`, the
+  // newest policy version, and the quota of every step from the counter on, at time `now`.
+  AdmissionSnapshot admission_snapshot(int64_t steps, int64_t batch_size, double now);
+
+  // The assigned (or pending) row for `key` becomes pending with the declared hash and size, its
+  // samples what the assignment allows (groups x `group_size`: the file exists now) and its quota
+  // held until `expires`. Returns "pending" then; otherwise nothing changes and it returns why:
+  // "validating" or "accepted" (past that), "rejected", "dropped" (its step filled first; the
+  // row's samples are counted as generated, since the file was) or "" (never assigned).
   std::string request(const SubmissionKey& key, const std::string& sha256, int64_t size,
-                      double now);
+                      int64_t group_size, double expires, double now);
   // The newest row for `key`, if any.
   std::optional<Submission> latest(const SubmissionKey& key);
   bool is_accepted(const SubmissionKey& key);
@@ -161,9 +185,10 @@ class State {
   // The pending row of `key` becomes rejected with `reason` (false when there is none).
   bool reject(const SubmissionKey& key, const std::string& reason, double now);
 
-  // The oldest validating submission (by upload time) that no lease holds (never claimed, or
-  // its lease ended by `now`), now leased to `validator` until now + lease_s; nothing when none
-  // waits. Two callers never get the same submission while its lease runs.
+  // The validating submission of the lowest step (the one the trainer needs next), oldest upload
+  // first, that no lease holds (never claimed, or its lease ended by `now`), now leased to
+  // `validator` until now + lease_s; nothing when none waits. Two callers never get the same
+  // submission while its lease runs.
   std::optional<Submission> claim(const std::string& validator, double lease_s, double now);
   // The validating row of `key` becomes accepted, decided by `validator`, next in acceptance
   // order (false when there is none: decided meanwhile).
@@ -175,6 +200,11 @@ class State {
   Rejection reject_validated(const SubmissionKey& key, const std::string& reason,
                              const std::string& validator, const std::string& evict_reason,
                              double now);
+  // Steps whose accepted files hold `batch_size` signal samples are closed: their assigned,
+  // pending and validating rows become dropped ("step <s> closed: ..."). Returns those rows as
+  // they were before (a validating one has a file to remove).
+  std::vector<Submission> close_full_steps(int64_t batch_size, double now);
+
   // Submissions with `status` ("" = any) of `step` (nothing = any), in id order.
   std::vector<Submission> submissions(const std::string& status = "",
                                       std::optional<int64_t> step = std::nullopt);
@@ -183,8 +213,14 @@ class State {
   std::vector<Submission> accepted(int64_t step);
   // Accepted signal samples per step (steps without any are absent).
   std::map<int64_t, int64_t> signal_samples_by_step();
-  // Submissions per status (pending, validating, accepted, rejected; each present).
+  // Submissions per status (assigned, pending, validating, accepted, rejected, dropped; each
+  // present).
   std::map<std::string, int64_t> count_by_status();
+  // Samples per status, as count_by_status() (assigned rows hold none; a pending row holds what
+  // its file is expected to hold).
+  std::map<std::string, int64_t> samples_by_status();
+  // Samples validators decided on (accepted or rejected) at or after `since` (unix seconds).
+  int64_t samples_judged_since(double since);
   // Totals over accepted submissions.
   FileCounts accepted_totals();
   // Completion tokens of submissions accepted at or after `since` (unix seconds).
@@ -200,7 +236,7 @@ class State {
   void bump_allowlist_if_changed(const std::vector<std::string>& before);  // callers hold mu_
   // evict()'s work inside the caller's transaction (callers hold mu_).
   Eviction evict_locked(const std::string& address, const std::string& reason, double now);
-  void migrate_from_v1();  // inside the opening transaction
+  void migrate(const std::string& from_version);  // inside the opening transaction
 
   std::mutex mu_;
   sqlite3* db_ = nullptr;

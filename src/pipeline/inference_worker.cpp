@@ -3,6 +3,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
@@ -93,15 +94,20 @@ class Worker {
         return;
       }
       run_id_ = status.run_id;
-      const int64_t step = status.step;
-      if (step >= status.steps || !hold_policy(step - rl_.async_level)) {
+      // Work is handed out for the policy version a worker holds: hold one first.
+      hold_policy(status.step - rl_.async_level);
+      if (!engine_ || (!work_ && !ask_for_work())) {
+        sleep();
+        continue;
+      }
+      if (!hold_policy(work_->step - rl_.async_level)) {
         sleep();
         continue;
       }
       if (partial_) {
-        iterate_partial(step);
+        iterate_partial();
       } else {
-        generate_plain(step);
+        generate_plain();
       }
     }
   }
@@ -153,73 +159,82 @@ class Worker {
     log::info("holding policy version {}", version);
   }
 
-  // The submission number to use next for `step`: after the worker's own accepted files, so a
-  // restarted worker does not repeat one.
-  int64_t next_submission(int64_t step) {
-    auto it = next_submission_.find(step);
-    if (it != next_submission_.end()) return it->second;
-    int64_t next = 0;
-    for (const auto& f : client_.accepted(step))
-      if (f.node_address == identity_->address()) next = std::max(next, f.submission + 1);
-    return next_submission_[step] = next;
-  }
-
-  // Plain mode: one submission's groups, drawn for (step, submission), generated to the end.
-  void generate_plain(int64_t step) {
-    int64_t submission;
+  // Asks the orchestrator what to generate next (admission control); false while it says wait.
+  bool ask_for_work() {
+    const double t0 = now_s();
+    orchestrator::WorkAnswer answer;
     try {
-      submission = next_submission(step);
+      answer = client_.request_work(identity_->address(), version_, groups_per_submission_);
     } catch (const Error& e) {
       log::warn("{}", e.what());
-      sleep();
-      return;
+      waited_for_work_ += now_s() - t0 + poll_s_;
+      return false;
     }
-    auto tasks = sampler_->draw(step, submission, groups_per_submission_);
+    if (!answer.work) {
+      if (answer.wait_reason != wait_reason_) log::debug("waiting: {}", answer.wait_reason);
+      wait_reason_ = answer.wait_reason;
+      waited_for_work_ += now_s() - t0 + poll_s_;
+      return false;
+    }
+    wait_reason_.clear();
+    work_ = answer.work;
+    return true;
+  }
+
+  // Plain mode: the assignment's groups, drawn for (step, submission), generated to the end.
+  void generate_plain() {
+    const orchestrator::Assignment w = *work_;
+    auto tasks = sampler_->draw(w.step, w.submission, w.groups);
     auto o = rollout_;
-    o.seed = sampler_->seed(step, submission);
+    o.seed = sampler_->seed(w.step, w.submission);
     const double t0 = now_s();
     auto groups = rl::generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
     generating_s_ += now_s() - t0;
-    submit(step, submission, std::move(groups), std::move(tasks));
+    submit(w, std::move(groups), std::move(tasks));
+    work_.reset();
   }
 
-  // C3PO++ mode: one pool iteration; whole groups wait in ready_ until a file's worth is there.
-  // A group holding a token older than step − async_level can never be accepted: the pool aborts
-  // it in flight, and a finished one is dropped from ready_.
-  void iterate_partial(int64_t step) {
-    IterationStats it;
-    const double t0 = now_s();
-    for (auto& g : pool_->iterate(step, step - rl_.async_level, &it))
-      ready_.push_back(std::move(g));
-    generating_s_ += now_s() - t0;
-    purged_groups_ += it.purged_groups;
-    stale_groups_ += it.stale_groups;
-    stale_groups_ += std::erase_if(
-        ready_, [&](const DrawnGroup& g) { return g.oldest_version() < step - rl_.async_level; });
-    while (static_cast<int64_t>(ready_.size()) >= groups_per_submission_ && !stop_) {
-      int64_t submission;
-      try {
-        submission = next_submission(step);
-      } catch (const Error& e) {
-        log::warn("{}", e.what());
-        return;  // the groups stay ready
-      }
-      std::vector<rl::RolloutGroup> groups;
-      std::vector<env::Task> tasks;
-      for (int64_t i = 0; i < groups_per_submission_; ++i) {
-        DrawnGroup& g = ready_.front();
-        groups.push_back(std::move(g.group));
-        tasks.push_back(std::move(g.task));
-        tasks.back().task_id = rollout::drawn_task_id(tasks.back().task_id, g.draw);
-        ready_.pop_front();
-      }
-      submit(step, submission, std::move(groups), std::move(tasks));
+  // C3PO++ mode: one pool iteration, unless whole groups for the assignment wait in ready_
+  // already; a file takes the assignment's groups. A group holding a token older than step −
+  // async_level can never be accepted: the pool aborts it in flight, and a finished one is
+  // dropped from ready_. Groups of a file whose step filled before it came go back to ready_ for
+  // the next assignment (a group may be submitted for a later step than it was drawn for).
+  void iterate_partial() {
+    const orchestrator::Assignment w = *work_;
+    const int64_t oldest = w.step - rl_.async_level;
+    if (static_cast<int64_t>(ready_.size()) < w.groups) {
+      IterationStats it;
+      const double t0 = now_s();
+      for (auto& g : pool_->iterate(w.step, oldest, &it)) ready_.push_back(std::move(g));
+      generating_s_ += now_s() - t0;
+      purged_groups_ += it.purged_groups;
+      stale_groups_ += it.stale_groups;
     }
+    stale_groups_ +=
+        std::erase_if(ready_, [&](const DrawnGroup& g) { return g.oldest_version() < oldest; });
+    if (static_cast<int64_t>(ready_.size()) < w.groups || stop_) return;
+    std::vector<DrawnGroup> taken(std::make_move_iterator(ready_.begin()),
+                                  std::make_move_iterator(ready_.begin() + w.groups));
+    ready_.erase(ready_.begin(), ready_.begin() + w.groups);
+    std::vector<rl::RolloutGroup> groups;
+    std::vector<env::Task> tasks;
+    for (const DrawnGroup& g : taken) {
+      groups.push_back(g.group);
+      tasks.push_back(g.task);
+      tasks.back().task_id = rollout::drawn_task_id(tasks.back().task_id, g.draw);
+    }
+    if (submit(w, std::move(groups), std::move(tasks)) == "dropped") {
+      ready_.insert(ready_.begin(), std::make_move_iterator(taken.begin()),
+                    std::make_move_iterator(taken.end()));
+    }
+    work_.reset();
   }
 
-  // Sets the group advantages, writes the signed file and uploads it.
-  void submit(int64_t step, int64_t submission, std::vector<rl::RolloutGroup> groups,
-              std::vector<env::Task> tasks) {
+  // Sets the group advantages, writes the signed file and uploads it; returns what the
+  // orchestrator made of it ("" when it was not used).
+  std::string submit(const orchestrator::Assignment& work, std::vector<rl::RolloutGroup> groups,
+                     std::vector<env::Task> tasks) {
+    const int64_t step = work.step, submission = work.submission;
     double reward = 0, tokens = 0, samples = 0;
     int64_t signal_groups = 0, oldest = INT64_MAX, newest = 0;
     for (auto& g : groups) {
@@ -255,30 +270,32 @@ class Worker {
         static_cast<double>(std::max<int64_t>(1, engine_stats.steps - last_file_stats_.steps));
     const int64_t prefilled = engine_stats.prompt_tokens - last_file_stats_.prompt_tokens;
     last_file_stats_ = engine_stats;
-    next_submission_[step] = submission + 1;
-    upload(step, submission, file);
+    const std::string status = upload(step, submission, file);
     log::info(
         "step {} submission {}: versions {}-{}, {} groups ({} with signal), reward {:.3f}, "
         "{:.0f} tokens, {:.3f} s generating, decode batch {:.1f}, {} prefilled, waited {:.1f} s "
-        "for weights{}",
+        "for weights and {:.1f} s for work{}: {}",
         step, submission, oldest, newest, groups.size(), signal_groups,
         reward / std::max(1.0, samples), tokens, generating_s_, decode_batch, prefilled,
-        waited_for_weights_,
+        waited_for_weights_, waited_for_work_,
         partial_ ? fmt::format(", {} groups dropped (purged {}, stale {})",
                                purged_groups_ + stale_groups_, purged_groups_, stale_groups_)
-                 : "");
+                 : "",
+        status == "dropped" ? "not needed (the step filled first)"
+        : status.empty()    ? "not used"
+                            : status);
     waited_for_weights_ = 0;
+    waited_for_work_ = 0;
     generating_s_ = 0;
+    return status;
   }
 
-  // Uploads until the orchestrator answers: a refusal (the step filled meanwhile, a rejected
-  // file) drops the file; an unreachable orchestrator is retried with the same bytes.
-  void upload(int64_t step, int64_t submission, const std::string& file) {
+  // Uploads until the orchestrator answers and returns its status: a refusal (a rejected file)
+  // drops the file and returns ""; an unreachable orchestrator is retried with the same bytes.
+  std::string upload(int64_t step, int64_t submission, const std::string& file) {
     while (!stop_) {
       try {
-        const auto status = client_.submit(identity_->address(), step, submission, file);
-        log::debug("step {} submission {}: {}", step, submission, status);
-        return;
+        return client_.submit(identity_->address(), step, submission, file);
       } catch (const Error& e) {
         try {
           client_.status();
@@ -288,9 +305,10 @@ class Worker {
           continue;
         }
         log::warn("step {} submission {} not used: {}", step, submission, e.what());
-        return;
+        return "";
       }
     }
+    return "";
   }
 
   const Config& config_;
@@ -313,7 +331,9 @@ class Worker {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<PolicyFetcher> fetcher_;  // after the engine: it stops first
   int64_t version_ = -1;
-  std::map<int64_t, int64_t> next_submission_;
+  std::optional<orchestrator::Assignment> work_;  // what the orchestrator handed out, until uploaded
+  std::string wait_reason_;                       // why the orchestrator said wait, last time
+  double waited_for_work_ = 0;                    // since the last file
   double generating_s_ = 0;  // in the engine and scoring since the last file
   engine::EngineStats last_file_stats_;
   // C3PO++ mode

@@ -3,10 +3,13 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/hashing.h"
+#include "common/json.h"
 #include "common/logging.h"
 #include "model/checkpoint.h"
 #include "model/flops.h"
@@ -73,6 +76,7 @@ class TrainerService {
 
   void run() {
     rl::MetricsLog log(run_dir_ / "metrics.jsonl", start_step_);
+    trained_ = trained_before(run_dir_ / "metrics.jsonl");
     // Versions beyond the checkpoint belong to a timeline this run no longer continues.
     publisher_->remove_versions_after(start_step_);
     publisher_->publish(start_step_, *model_);
@@ -97,12 +101,10 @@ class TrainerService {
       const double step_time = now_s() - t0;
       m.set("time/step", step_time);
       m.set("trainer/idle_frac", waited / std::max(1e-9, step_time));
-      try {  // what the orchestrator and its validators decided so far, for the report
-        const auto status = client_.status();
-        m.set("throughput/rollout_tok_s", status.rollout_tokens_per_s);
-        m.set("submissions/accepted", static_cast<double>(status.accepted));
-        m.set("submissions/rejected", static_cast<double>(status.rejected));
-        m.set("submissions/validating", static_cast<double>(status.validating));
+      trained_ += static_cast<int64_t>(batch_.size());
+      m.set("samples/trained", static_cast<double>(trained_));
+      try {  // what the workers, the orchestrator and its validators did so far, for the report
+        write_pool_metrics(client_.status(), m);
       } catch (const Error&) {
       }
       log.write(s, m);
@@ -113,6 +115,38 @@ class TrainerService {
   }
 
  private:
+  // Samples trained by the steps already in metrics.jsonl (a resumed run's earlier steps).
+  static int64_t trained_before(const fs::path& metrics) {
+    int64_t n = 0;
+    std::error_code ec;
+    if (!fs::exists(metrics, ec)) return 0;
+    std::istringstream lines(read_file(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      try {
+        n += Json::parse(line).value("samples", 0.0);
+      } catch (const Json::exception&) {  // a line cut short by a crash
+      }
+    }
+    return n;
+  }
+
+  // The pool's side of the step (orchestrator/client.h Status): files by status, samples generated
+  // (whatever became of them) and dropped unjudged, the validation backlog and how fast
+  // validators decide. samples/generated over samples/trained is what admission control bounds.
+  static void write_pool_metrics(const orchestrator::Status& status, rl::Metrics& m) {
+    m.set("throughput/rollout_tok_s", status.rollout_tokens_per_s);
+    m.set("submissions/accepted", static_cast<double>(status.accepted));
+    m.set("submissions/rejected", static_cast<double>(status.rejected));
+    m.set("submissions/validating", static_cast<double>(status.validating));
+    m.set("submissions/dropped", static_cast<double>(status.dropped));
+    m.set("samples/generated", static_cast<double>(status.generated_samples));
+    m.set("samples/dropped", static_cast<double>(status.dropped_samples));
+    m.set("validation/backlog_samples", static_cast<double>(status.validating_samples));
+    m.set("validation/backlog_steps", static_cast<double>(status.validating_samples) /
+                                          static_cast<double>(std::max<int64_t>(1, status.batch_size)));
+    m.set("validation/judged_samples_per_s", status.judged_samples_per_s);
+  }
+
   // Polls until the accepted files of step s hold batch_size signal samples, then downloads
   // them (in acceptance order) into `rows`. False when stopped first.
   bool wait_for_step(int64_t s, std::vector<rollout::RolloutRecord>& rows) {
@@ -217,6 +251,7 @@ class TrainerService {
   std::vector<rl::Rollout> batch_;
   rl::RecentReward recent_;
   int64_t start_step_ = 0;
+  int64_t trained_ = 0;  // samples trained over the run, resumed steps included
 };
 
 }  // namespace

@@ -69,7 +69,28 @@ class MetricsTail {
 };
 
 double number(const Json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+  return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+}
+
+// The pool's part of a live-view line: samples generated, trained and dropped unjudged (admission
+// control keeps generated close to trained), the files by verdict, and the validation backlog in
+// steps' worth; while workers are held back because the backlog reached its bound, that
+// validators are behind and how fast they judge.
+std::string pool_view(const orchestrator::Status& s, double trained) {
+  const double batch = static_cast<double>(std::max<int64_t>(1, s.batch_size));
+  const double backlog_steps = static_cast<double>(s.validating_samples) / batch;
+  std::string out = fmt::format(
+      "samples generated {} trained {:.0f} dropped {} | files accepted {} rejected {} validating "
+      "{} | backlog {:.1f} steps",
+      s.generated_samples, trained, s.dropped_samples, s.accepted, s.rejected, s.validating,
+      backlog_steps);
+  if (s.validators_behind) {
+    out += fmt::format(
+        " | validators behind: workers wait while {} samples wait for a verdict; validators judge "
+        "{:.0f} samples/s (add some: run.validators)",
+        s.validating_samples, s.judged_samples_per_s);
+  }
+  return out;
 }
 
 class Launcher {
@@ -301,26 +322,19 @@ class Launcher {
     last_line_ = Clock::now();
     int64_t alive = 0;
     for (auto& w : workers_list_) alive += w->running();
+    const std::string pool = pool_view(s, number(m, "samples/trained"));
     if (step < 0) {
-      std::printf(
-          "waiting for step 0 | counter %lld | version %lld | accepted %lld rejected %lld "
-          "validating %lld | rollout %.0f tok/s | workers %lld/%lld\n",
-          static_cast<long long>(s.step), static_cast<long long>(s.policy_version),
-          static_cast<long long>(s.accepted), static_cast<long long>(s.rejected),
-          static_cast<long long>(s.validating), s.rollout_tokens_per_s,
-          static_cast<long long>(alive), static_cast<long long>(workers_));
+      std::printf("waiting for step 0 | counter %lld | version %lld | %s | workers %lld/%lld\n",
+                  static_cast<long long>(s.step), static_cast<long long>(s.policy_version),
+                  pool.c_str(), static_cast<long long>(alive), static_cast<long long>(workers_));
     } else {
       std::printf(
           "step %lld/%lld | reward %.3f | 10-step mean %.3f | len %.1f | stale %.1f | rollout "
-          "%.0f tok/s | trainer idle %.0f%% | accepted %lld rejected %lld validating %lld | "
-          "workers "
-          "%lld/%lld%s\n",
+          "%.0f tok/s | trainer idle %.0f%% | %s | workers %lld/%lld%s\n",
           static_cast<long long>(step), static_cast<long long>(steps_), number(m, "reward/mean"),
           metrics_.recent_reward(), number(m, "seq_len/mean"), number(m, "staleness/mean"),
-          s.rollout_tokens_per_s, 100 * number(m, "trainer/idle_frac"),
-          static_cast<long long>(s.accepted), static_cast<long long>(s.rejected),
-          static_cast<long long>(s.validating), static_cast<long long>(alive),
-          static_cast<long long>(workers_),
+          s.rollout_tokens_per_s, 100 * number(m, "trainer/idle_frac"), pool.c_str(),
+          static_cast<long long>(alive), static_cast<long long>(workers_),
           restarts_ > 0 ? fmt::format(" | restarts {}", restarts_).c_str() : "");
     }
     std::fflush(stdout);

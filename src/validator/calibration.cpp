@@ -338,7 +338,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   ThreadsGuard threads_guard;
   std::map<torch::ScalarType, std::unique_ptr<model::Transformer>> models;
   for (const auto dtype : options.dtypes)
-    models[dtype] = model::load_transformer(model_dir, {torch::kCPU, dtype});
+    models[dtype] = model::load_transformer(model_dir, {options.device, dtype});
   if (!models.count(options.validator_dtype))
     throw Error(fmt::format("calibration: the validator's dtype {} is not among the dtypes run",
                             dtype_name(options.validator_dtype)));
@@ -417,7 +417,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   };
   for (const auto& d : dishonest) {
     progress("check " + dishonest_rows->setting.describe() + " with " + d.name);
-    auto m = model::load_transformer(model_dir, {torch::kCPU, options.validator_dtype});
+    auto m = model::load_transformer(model_dir, {options.device, options.validator_dtype});
     d.change(*m);
     torch::set_num_threads(dishonest_rows->setting.threads);
     CalibrationRow row;

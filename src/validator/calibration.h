@@ -149,6 +149,7 @@ torch::Tensor fp8_e4m3_round(const torch::Tensor& x);
 struct CalibrationOptions {
   int64_t completions = 32;                             // per setting (at least its batch)
   std::vector<WorkerSetting> settings;                  // calibration_matrix() of the dtypes below
+  torch::Device device = torch::kCPU;                   // of the workers' and validator's models
   torch::ScalarType validator_dtype = torch::kFloat32;  // the machine's default (auto)
   std::vector<torch::ScalarType> dtypes;                // every dtype this machine runs
   double noise = 0.01;                                  // dishonest: relative weight noise

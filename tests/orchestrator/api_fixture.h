@@ -11,8 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/identity.h"
 #include "common/json.h"
 #include "orchestrator/api.h"
+#include "orchestrator/client.h"
 
 namespace trellis::orchestrator {
 
@@ -53,6 +55,22 @@ class ApiFixture : public ::testing::Test {
     const int port = server_->start();
     EXPECT_GT(port, 0);
     return port;
+  }
+
+  // POST /work for `node` holding policy version `held`, in files of at most `groups` groups: the
+  // work it is given (a test failure when it is told to wait).
+  static Assignment work(Client& client, const Identity& node, int64_t groups = 2,
+                         int64_t held = 0) {
+    const WorkAnswer a = client.request_work(node.address(), held, groups);
+    EXPECT_TRUE(a.work) << "no work for " << node.address() << ": " << a.wait_reason;
+    return a.work.value_or(Assignment{});
+  }
+  // Why `node` is told to wait ("" when it is given work instead: a test failure).
+  static std::string wait_reason(Client& client, const Identity& node, int64_t groups = 2,
+                                 int64_t held = 0) {
+    const WorkAnswer a = client.request_work(node.address(), held, groups);
+    EXPECT_FALSE(a.work) << "work for " << node.address() << ": step " << a.work->step;
+    return a.wait_reason;
   }
 
   static std::string error_text(const httplib::Result& res) {

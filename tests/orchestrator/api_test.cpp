@@ -1,8 +1,10 @@
 // The orchestrator's HTTP API in-process on a free port, driven through the same Client the
-// trainer and workers use (and raw HTTP for what a well-behaved client never sends): signed files
-// are accepted, listed in order and downloaded intact; the step counter moves only with signal
-// samples; the version window, URL signatures, declared hashes, file signatures and the schema
-// are enforced, and nothing refused is ever listed or stored.
+// trainer and workers use (and raw HTTP for what a well-behaved client never sends): work is
+// handed out within each step's quota and the version window, and only work handed out may be
+// uploaded; signed files are accepted, listed in order and downloaded intact; the step counter
+// moves only with signal samples; the version window, URL signatures, declared hashes, the work's
+// size, file signatures and the schema are enforced, and nothing refused is ever listed or
+// stored.
 #include <httplib.h>
 #include <unistd.h>
 
@@ -85,6 +87,11 @@ TEST_F(OrchestratorApi, AcceptsListsAndServesASignedFile) {
   EXPECT_EQ(s.async_level, 1);
   EXPECT_FALSE(s.done);
 
+  const Assignment w = work(client, worker_, 2);
+  EXPECT_EQ(w.step, 0);
+  EXPECT_EQ(w.submission, 0);
+  EXPECT_EQ(w.groups, 2);
+  EXPECT_EQ(client.status().assigned, 1);
   // One group with signal (4 rows), one without (4 rows).
   const std::string bytes = test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 1, 1, 1}}, worker_);
   EXPECT_EQ(client.submit(worker_.address(), 0, 0, bytes), "accepted");
@@ -105,7 +112,10 @@ TEST_F(OrchestratorApi, AcceptsListsAndServesASignedFile) {
   s = client.status();
   EXPECT_EQ(s.accepted, 1);
   EXPECT_EQ(s.pending, 0);
+  EXPECT_EQ(s.assigned, 0);
   EXPECT_EQ(s.step, 0);  // 4 of 8 signal samples
+  EXPECT_EQ(s.generated_samples, 8);
+  EXPECT_EQ(s.accepted_samples, 8);
   EXPECT_GT(s.rollout_tokens_per_s, 0);
 
   auto health = http_->Get("/healthz");
@@ -118,6 +128,7 @@ TEST_F(OrchestratorApi, AcceptsListsAndServesASignedFile) {
   EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_submissions{status=\"accepted\"} 1\n");
   EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_accepted_samples 8\n");
   EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_accepted_signal_samples 4\n");
+  EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_samples{status=\"generated\"} 8\n");
   EXPECT_CONTAINS(metrics->body, "trellis_orchestrator_rollout_tokens_per_second ");
 
   // A name that is not accepted is not served, whether or not a file of that name exists.
@@ -130,12 +141,16 @@ TEST_F(OrchestratorApi, AcceptsListsAndServesASignedFile) {
 TEST_F(OrchestratorApi, StepCounterMovesOnlyWithSignalSamples) {
   Client& client = start();
   const Identity other = Identity::generate();
+  EXPECT_EQ(work(client, worker_, 1).step, 0);
   client.submit(worker_.address(), 0, 0, test::signed_file(spec(0, 0), {{0, 1, 1, 1}}, worker_));
   EXPECT_EQ(client.status().step, 0);
   // Groups without signal add samples but no signal samples.
-  client.submit(worker_.address(), 0, 1,
-                test::signed_file(spec(0, 1), {{1, 1, 1, 1}, {0, 0, 0, 0}}, worker_));
+  const Assignment second = work(client, worker_, 1);
+  EXPECT_EQ(second.step, 0);
+  EXPECT_EQ(second.submission, 1);
+  client.submit(worker_.address(), 0, 1, test::signed_file(spec(0, 1), {{1, 1, 1, 1}}, worker_));
   EXPECT_EQ(client.status().step, 0);
+  EXPECT_EQ(work(client, other, 2).step, 0);
   const test::FileSpec from_other{"run-test", other.address(), 0, 0, 0};
   client.submit(other.address(), 0, 0, test::signed_file(from_other, {{0, 0, 0, 0.5f}}, other));
   EXPECT_EQ(client.status().step, 1);
@@ -145,7 +160,7 @@ TEST_F(OrchestratorApi, StepCounterMovesOnlyWithSignalSamples) {
   EXPECT_EQ(files[0].name, worker_.address() + "-0.parquet");
   EXPECT_EQ(files[1].name, worker_.address() + "-1.parquet");
   EXPECT_EQ(files[1].signal_samples, 0);
-  EXPECT_EQ(files[1].samples, 8);
+  EXPECT_EQ(files[1].samples, 4);
   EXPECT_EQ(files[2].node_address, other.address());
   auto raw = http_->Get("/steps/0/accepted");
   ASSERT_TRUE(raw);
@@ -153,57 +168,149 @@ TEST_F(OrchestratorApi, StepCounterMovesOnlyWithSignalSamples) {
   EXPECT_EQ(listing.at("step"), 0);
   EXPECT_EQ(listing.at("signal_samples"), 8);
 
-  // The full step takes no more submissions.
+  // The full step takes no more work: the next goes to step 1, and a submission number the
+  // orchestrator never handed out is refused (a worker cannot grind numbers for easy prompts).
+  EXPECT_EQ(work(client, worker_, 2).step, 1);
   const std::string late = test::signed_file(spec(0, 2), {{0, 1}}, worker_);
   const std::string e = test::error_of([&] { client.submit(worker_.address(), 0, 2, late); });
-  EXPECT_CONTAINS(e, "already has 8 of 8 signal samples");
+  EXPECT_CONTAINS(e, "was never assigned to this node: ask for work with POST /work");
   EXPECT_EQ(client.accepted(0).size(), 3u);
 }
 
-TEST_F(OrchestratorApi, EnforcesThePolicyVersionWindow) {
+TEST_F(OrchestratorApi, HandsOutWorkWithinTheVersionWindowAndEnforcesIt) {
   Client& client = start();  // async_level 1, policy version 0: steps 0 and 1 are open
-  const std::string ahead = test::signed_file(spec(2, 0), {{0, 1}}, worker_);
-  std::string e = test::error_of([&] { client.submit(worker_.address(), 2, 0, ahead); });
-  EXPECT_CONTAINS(e, "steps up to 1 are open");
+  const Identity a = Identity::generate(), b = Identity::generate(), c = Identity::generate();
+  EXPECT_EQ(work(client, worker_, 2).step, 0);  // 2 groups cover step 0's 8 signal samples
+  EXPECT_EQ(work(client, a, 2).step, 1);
+  EXPECT_CONTAINS(wait_reason(client, b),
+                  "steps up to 1 have their samples (accepted, validating or being generated); "
+                  "step 2 opens when the trainer publishes policy version 1");
+  EXPECT_CONTAINS(wait_reason(client, b, 2, -1), "hold a policy version first");
+  // Uploads for work never handed out: a step beyond the window, or beyond the run.
+  std::string e = test::error_of([&] {
+    client.submit(worker_.address(), 2, 0, test::signed_file(spec(2, 0), {{0, 1}}, worker_));
+  });
+  EXPECT_CONTAINS(e, "never assigned");
   e = test::error_of([&] {
     client.submit(worker_.address(), 4, 0, test::signed_file(spec(4, 0), {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "rl.steps = 4");
 
   // Tokens from a version the trainer has not published yet.
-  const std::string future = test::signed_file(spec(1, 0, /*version=*/1), {{0, 1}}, worker_);
-  e = test::error_of([&] { client.submit(worker_.address(), 1, 0, future); });
+  const test::FileSpec a1{"run-test", a.address(), 1, 0, /*version=*/1};
+  e = test::error_of([&] { client.submit(a.address(), 1, 0, test::signed_file(a1, {{0, 1}}, a)); });
   EXPECT_CONTAINS(e,
                   "version window: row 0: a token was sampled by policy version 1, outside [0, 0]");
+  // The rejected file's share of step 1 is handed out again (to a, as submission 1).
+  const Assignment again = work(client, a, 2);
+  EXPECT_EQ(again.step, 1);
+  EXPECT_EQ(again.submission, 1);
 
+  EXPECT_EQ(client.submit(worker_.address(), 0, 0,
+                          test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 0, 1, 0}}, worker_)),
+            "accepted");
+  const test::FileSpec a2{"run-test", a.address(), 1, 1, 0};
+  EXPECT_EQ(client.submit(a.address(), 1, 1, test::signed_file(a2, {{0, 1, 0, 1}, {1, 0, 1, 0}}, a)),
+            "accepted");
+  EXPECT_EQ(client.status().step, 2);
   client.publish_version(2);
   client.publish_version(1);  // older: ignored
   EXPECT_EQ(client.status().policy_version, 2);
-  // Step 3 is open now; tokens of version 1 are too old for it (3 - async_level 1 = 2).
-  const std::string stale = test::signed_file(spec(3, 0, /*version=*/1), {{0, 1}}, worker_);
-  e = test::error_of([&] { client.submit(worker_.address(), 3, 0, stale); });
+  // A worker still holding version 0 can do nothing for step 2 (it needs version >= 1).
+  EXPECT_CONTAINS(wait_reason(client, b, 2, 0), "policy version 0 is too old");
+  // Steps 2 and 3 are open now; tokens of version 1 are too old for step 3 (3 - 1 = 2).
+  EXPECT_EQ(work(client, b, 2, 2).step, 2);
+  const Assignment three = work(client, c, 2, 2);
+  EXPECT_EQ(three.step, 3);
+  const test::FileSpec stale{"run-test", c.address(), 3, 0, /*version=*/1};
+  e = test::error_of([&] { client.submit(c.address(), 3, 0, test::signed_file(stale, {{0, 1}}, c)); });
   EXPECT_CONTAINS(e, "policy version 1, outside [2, 2]");
-  EXPECT_EQ(client.submit(worker_.address(), 3, 0,
-                          test::signed_file(spec(3, 0, /*version=*/2), {{0, 1}}, worker_)),
-            "accepted");
-  // A rejected submission may be tried again with a good file.
-  EXPECT_EQ(client.submit(worker_.address(), 1, 0,
-                          test::signed_file(spec(1, 0, /*version=*/0), {{0, 1}}, worker_)),
-            "accepted");
+  EXPECT_EQ(work(client, c, 2, 2).submission, 1);
+  const test::FileSpec fresh{"run-test", c.address(), 3, 1, /*version=*/2};
+  EXPECT_EQ(client.submit(c.address(), 3, 1, test::signed_file(fresh, {{0, 1}}, c)), "accepted");
   const Status s = client.status();
   EXPECT_EQ(s.rejected, 2);
-  EXPECT_EQ(s.accepted, 2);
+  EXPECT_EQ(s.accepted, 3);
   EXPECT_TRUE(client.accepted(2).empty());
-  EXPECT_EQ(stored_files().size(), 2u);
+  EXPECT_EQ(stored_files().size(), 3u);
 
   client.publish_version(4);
   EXPECT_TRUE(client.status().done);
+}
+
+TEST_F(OrchestratorApi, WorkCoversEachStepsShortfallAndNoMore) {
+  Client& client = start();  // rl.batch_size 8 signal samples, rl.group_size 4
+  const Identity a = Identity::generate(), b = Identity::generate(), c = Identity::generate();
+  // a asks for files of 1 group: step 0 is still short of 4 signal samples after it.
+  Assignment wa = work(client, a, 1);
+  EXPECT_EQ(wa.step, 0);
+  EXPECT_EQ(wa.groups, 1);
+  // b asks for 4 groups, and gets the 1 that step 0 still needs.
+  Assignment wb = work(client, b, 4);
+  EXPECT_EQ(wb.step, 0);
+  EXPECT_EQ(wb.groups, 1);
+  // c gets step 1 (2 groups cover it); then every open step is covered.
+  EXPECT_EQ(work(client, c, 4).groups, 2);
+  EXPECT_CONTAINS(wait_reason(client, worker_), "steps up to 1 have their samples");
+  // Asking again returns the open work (a restarted worker picks it up).
+  const Assignment same = work(client, a, 3);
+  EXPECT_EQ(same.step, wa.step);
+  EXPECT_EQ(same.submission, wa.submission);
+  EXPECT_EQ(same.groups, 1);
+  EXPECT_EQ(client.status().assigned, 3);
+
+  // A file larger than its work would take more than the step's share: rejected at upload, and
+  // the share goes back to the pool.
+  const test::FileSpec fa{"run-test", a.address(), 0, 0, 0};
+  const std::string e = test::error_of(
+      [&] { client.submit(a.address(), 0, 0, test::signed_file(fa, {{0, 1}, {1, 0}}, a)); });
+  EXPECT_CONTAINS(e, "upload: the file holds 4 rows in 2 groups; the assignment allows 1 groups");
+  const Assignment wd = work(client, worker_, 4);
+  EXPECT_EQ(wd.step, 0);
+  EXPECT_EQ(wd.groups, 1);
+
+  // b's group has signal, worker_'s has none: step 0 is 4 signal samples short, and at half a
+  // signal sample per sample so far it takes two groups to make them up.
+  const test::FileSpec fb{"run-test", b.address(), 0, 0, 0};
+  EXPECT_EQ(client.submit(b.address(), 0, 0, test::signed_file(fb, {{1, 1, 0, 0}}, b)),
+            "accepted");
+  const test::FileSpec fd{"run-test", worker_.address(), 0, wd.submission, 0};
+  EXPECT_EQ(client.submit(worker_.address(), 0, wd.submission,
+                          test::signed_file(fd, {{1, 1, 1, 1}}, worker_)),
+            "accepted");
+  EXPECT_EQ(client.status().step, 0);
+  const Assignment more = work(client, a, 4);
+  EXPECT_EQ(more.step, 0);
+  EXPECT_EQ(more.groups, 2);  // 4 signal samples short at a ratio of 4 / 8
+}
+
+TEST_F(OrchestratorApi, AnExpiredAssignmentFreesItsShareButMayStillBeUploaded) {
+  ApiOptions o = options();
+  o.work_lease_s = 1;
+  Client& client = start(o);
+  const Identity a = Identity::generate(), b = Identity::generate(), c = Identity::generate();
+  EXPECT_EQ(work(client, a).step, 0);
+  EXPECT_EQ(work(client, b).step, 1);
+  wait_reason(client, c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  // a's and b's leases ran out: their shares are handed out again (a node whose lease ended
+  // gets new work).
+  EXPECT_EQ(work(client, c).step, 0);
+  const Assignment again = work(client, a);
+  EXPECT_EQ(again.step, 1);
+  EXPECT_EQ(again.submission, 0);
+  // b's file of its expired work still arrives and is used.
+  const test::FileSpec fb{"run-test", b.address(), 1, 0, 0};
+  EXPECT_EQ(client.submit(b.address(), 1, 0, test::signed_file(fb, {{0, 1}, {1, 0}}, b)),
+            "accepted");
+  EXPECT_EQ(client.accepted(1).size(), 1u);
 }
 
 TEST_F(OrchestratorApi, RefusesExpiredAndForgedUrls) {
   ApiOptions o = options();
   o.url_ttl_s = 1;
   start(o);
+  work(*client_, worker_);
   const std::string bytes = test::signed_file(spec(0, 0), {{0, 1}}, worker_);
   const std::string url = upload_url(0, 0, sha256_hex(bytes), bytes.size());
   ASSERT_FALSE(url.empty());
@@ -249,7 +356,15 @@ TEST_F(OrchestratorApi, RefusesExpiredAndForgedUrls) {
 TEST_F(OrchestratorApi, RejectsUploadsThatDifferFromTheDeclarationOrTheSigner) {
   start();
   const Identity impostor = Identity::generate();
-  const std::string good = test::signed_file(spec(0, 0), {{0, 1}}, worker_);
+  // Each rejection ends its work: the next try is new work, the node's next submission number.
+  int32_t next = 0;
+  const auto fresh_work = [&] {
+    const Assignment w = work(*client_, worker_);
+    EXPECT_EQ(w.step, 0);
+    EXPECT_EQ(w.submission, next);
+    return next++;
+  };
+  std::string good = test::signed_file(spec(0, fresh_work()), {{0, 1}}, worker_);
 
   // Bytes other than the declared ones.
   std::string url = upload_url(0, 0, sha256_hex("something else"), good.size());
@@ -261,9 +376,10 @@ TEST_F(OrchestratorApi, RejectsUploadsThatDifferFromTheDeclarationOrTheSigner) {
   res = put(url, good);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 409);
-  EXPECT_CONTAINS(error_text(res), "no pending request");
+  EXPECT_CONTAINS(error_text(res), "was rejected: ask POST /work for new work");
 
-  url = upload_url(0, 0, sha256_hex(good), good.size() + 1);
+  good = test::signed_file(spec(0, fresh_work()), {{0, 1}}, worker_);
+  url = upload_url(0, 1, sha256_hex(good), good.size() + 1);
   res = put(url, good);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 422);
@@ -271,23 +387,27 @@ TEST_F(OrchestratorApi, RejectsUploadsThatDifferFromTheDeclarationOrTheSigner) {
   EXPECT_CONTAINS(error_text(res), "were declared");
 
   // Rows claiming the worker's address, signed by someone else.
-  const std::string forged = test::signed_file(spec(0, 0), {{0, 1}}, impostor);
-  std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, 0, forged); });
+  int32_t k = fresh_work();
+  const std::string forged = test::signed_file(spec(0, k), {{0, 1}}, impostor);
+  std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, k, forged); });
   EXPECT_CONTAINS(e, "upload rejected: signature: ");
   // Rows of another node or run or step.
-  const test::FileSpec theirs{"run-test", impostor.address(), 0, 0, 0};
+  k = fresh_work();
+  const test::FileSpec theirs{"run-test", impostor.address(), 0, k, 0};
   e = test::error_of([&] {
-    client_->submit(worker_.address(), 0, 0, test::signed_file(theirs, {{0, 1}}, worker_));
+    client_->submit(worker_.address(), 0, k, test::signed_file(theirs, {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "step binding: row 0: node_address is '" + impostor.address());
-  test::FileSpec other_run = spec(0, 0);
+  k = fresh_work();
+  test::FileSpec other_run = spec(0, k);
   other_run.run_id = "another-run";
   e = test::error_of([&] {
-    client_->submit(worker_.address(), 0, 0, test::signed_file(other_run, {{0, 1}}, worker_));
+    client_->submit(worker_.address(), 0, k, test::signed_file(other_run, {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "run_id is 'another-run'");
+  k = fresh_work();
   e = test::error_of([&] {
-    client_->submit(worker_.address(), 0, 0, test::signed_file(spec(1, 0), {{0, 1}}, worker_));
+    client_->submit(worker_.address(), 0, k, test::signed_file(spec(1, k), {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "step is '1', expected '0'");
 
@@ -310,7 +430,11 @@ TEST_F(OrchestratorApi, CorruptFilesAreRejectedAndNeverListed) {
            {good.substr(0, good.size() / 2), "schema: not a valid rollout file"},
            {flipped, ""},  // caught by the decoder or by the signature, whichever first
            {empty, "schema: the file has no rows"}}) {
-    const std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, 0, bytes); });
+    // Each rejection ends the work: each file is new work's (whose number its rows, where they
+    // can be read, do not match; the checks below come first or either is fine).
+    const Assignment w = work(*client_, worker_);
+    const std::string e =
+        test::error_of([&] { client_->submit(worker_.address(), 0, w.submission, bytes); });
     EXPECT_CONTAINS(e, "upload rejected");
     EXPECT_CONTAINS(e, message);
   }
@@ -324,6 +448,7 @@ TEST_F(OrchestratorApi, CorruptFilesAreRejectedAndNeverListed) {
 
 TEST_F(OrchestratorApi, RefusesADuplicateSubmission) {
   Client& client = start();
+  work(client, worker_);
   const std::string bytes = test::signed_file(spec(0, 0), {{0, 1}}, worker_);
   const std::string url = upload_url(0, 0, sha256_hex(bytes), bytes.size());
   ASSERT_FALSE(url.empty());
@@ -378,6 +503,27 @@ TEST_F(OrchestratorApi, MalformedRequestsGet400NamingTheProblem) {
     EXPECT_EQ(status, 400) << body;
     EXPECT_CONTAINS(error, message);
   }
+  const auto ask = [&](const std::string& drop, const Json& replace = nullptr) {
+    Json j{{"node_address", node}, {"policy_version", 0}, {"groups", 2}};
+    if (replace.is_null()) {
+      j.erase(drop);
+    } else {
+      j[drop] = replace;
+    }
+    return j.dump();
+  };
+  for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+           {"{}", "missing field 'node_address'"},
+           {ask("node_address", "x"), "node_address' must be 64 lowercase hex"},
+           {ask("policy_version"), "missing field 'policy_version'"},
+           {ask("policy_version", -2), "field 'policy_version' = -2 is out of range"},
+           {ask("groups", 0), "field 'groups' = 0 is out of range"},
+           {ask("groups", "many"), "field 'groups' must be an integer"}}) {
+    const auto [status, error] = post("/work", body);
+    EXPECT_EQ(status, 400) << body;
+    EXPECT_CONTAINS(error, message);
+  }
+  EXPECT_EQ(client_->status().assigned, 0);
   EXPECT_EQ(post("/trainer/version", "{}").second,
             "missing field 'version' (POST /trainer/version)");
   EXPECT_EQ(post("/trainer/version", R"({"version": "3"})").first, 400);
@@ -418,11 +564,15 @@ TEST_F(OrchestratorApi, PublishingAVersionNeedsTheTrainerToken) {
 
 TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
   start();
+  const Identity other = Identity::generate();
+  work(*client_, worker_);
   const std::string bytes = test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 0, 1, 0}}, worker_);
   client_->submit(worker_.address(), 0, 0, bytes);
   client_->publish_version(1);
+  EXPECT_EQ(work(*client_, worker_, 2, 1).step, 1);
   const std::string pending = test::signed_file(spec(1, 0, 1), {{0, 1}}, worker_);
   const std::string url = upload_url(1, 0, sha256_hex(pending), pending.size());
+  const Assignment open = work(*client_, other, 2, 1);  // step 2, not started before the restart
   server_->stop();
   EXPECT_FALSE(fs::exists(dir_ / "orchestrator.url"));
 
@@ -436,7 +586,11 @@ TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
   EXPECT_EQ(s.pending, 1);
   ASSERT_EQ(client_->accepted(0).size(), 1u);
   EXPECT_EQ(client_->download(0, worker_.address() + "-0.parquet"), bytes);
-  // An upload URL handed out before the restart is still good.
+  EXPECT_EQ(s.assigned, 1);
+  // Open work is still the node's, and an upload URL handed out before the restart still good.
+  const Assignment same = work(*client_, other, 2, 1);
+  EXPECT_EQ(same.step, open.step);
+  EXPECT_EQ(same.submission, open.submission);
   auto res = put(url, pending);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
@@ -461,6 +615,13 @@ TEST(OrchestratorOptions, ComeFromTheConfigAndTheRunDirectory) {
   EXPECT_EQ(o.port, 0);
   config.apply_override("orchestrator.port=70000");
   EXPECT_CONTAINS(test::error_of([&] { api_options(config, "runs/abc"); }), "orchestrator.port");
+  config.apply_override("orchestrator.port=0");
+  EXPECT_EQ(api_options(config, "runs/abc").work_lease_s,
+            config.get<int64_t>("orchestrator.work_lease_s"));
+  EXPECT_EQ(api_options(config, "runs/abc").max_backlog_steps, 2.0);
+  config.apply_override("orchestrator.max_backlog_steps=0.01");  // less than one group
+  EXPECT_CONTAINS(test::error_of([&] { api_options(config, "runs/abc"); }),
+                  "orchestrator.max_backlog_steps");
 }
 
 }  // namespace

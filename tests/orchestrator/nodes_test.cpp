@@ -233,7 +233,8 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(trainer.allowlist().revision, 2);
-  // An upload URL handed out before the eviction.
+  // Work and an upload URL handed out before the eviction.
+  EXPECT_EQ(work(trainer, worker_).step, 0);
   const std::string bytes =
       test::signed_file({"run-test", worker_.address(), 0, 0, 0}, {{0, 1}}, worker_);
   res = ask_upload(worker_, 0);
@@ -258,7 +259,9 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   EXPECT_EQ(list.ips, Strings{"127.0.0.2"});
   const std::string evicted = "node " + worker_.address() + " was evicted: forged rollouts";
 
-  // It cannot come back, ask to upload, or use the URL it already holds.
+  // It cannot come back, ask for work or to upload, or use the URL it already holds.
+  EXPECT_CONTAINS(test::error_of([&] { trainer.request_work(worker_.address(), 0, 2); }),
+                  evicted);
   EXPECT_CONTAINS(test::error_of([&] { trainer.register_node(worker_); }), evicted);
   res = post("/nodes", registration(worker_, unix_now() + 2).dump(), "127.0.0.1");
   ASSERT_TRUE(res);
@@ -275,7 +278,8 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   EXPECT_EQ(error_text(put), evicted);
   EXPECT_TRUE(trainer.accepted(0).empty());
   EXPECT_EQ(trainer.allowlist().revision, 3);
-  // Others carry on.
+  // Others carry on, with the evicted node's share of step 0.
+  EXPECT_EQ(work(trainer, bystander).step, 0);
   const std::string theirs =
       test::signed_file({"run-test", bystander.address(), 0, 0, 0}, {{0, 1}}, bystander);
   EXPECT_EQ(trainer.submit(bystander.address(), 0, 0, theirs), "accepted");

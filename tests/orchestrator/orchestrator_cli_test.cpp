@@ -90,11 +90,18 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
     ASSERT_FALSE(url.empty()) << first.log();
     orchestrator::Client client(url, "", 10);
     EXPECT_EQ(client.status().run_id, "run-7");
-    sent = {file(0, 0, {{0, 1, 0, 1}}), file(0, 1, {{1, 1}}), file(1, 0, {{0, 1}})};
-    // The file without signal first: once step 0 is full it takes no more.
-    EXPECT_EQ(client.submit(worker.address(), 0, 1, sent[1]), "accepted");
-    EXPECT_EQ(client.submit(worker.address(), 0, 0, sent[0]), "accepted");
-    EXPECT_EQ(client.submit(worker.address(), 1, 0, sent[2]), "accepted");
+    // The file without signal first: step 0 then needs another, and once full it takes no more.
+    sent = {file(0, 0, {{1, 1}}), file(0, 1, {{0, 1, 0, 1}}), file(1, 0, {{0, 1}})};
+    const std::vector<std::pair<int64_t, int64_t>> keys = {{0, 0}, {0, 1}, {1, 0}};
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const auto work = client.request_work(worker.address(), 0, 1).work;
+      ASSERT_TRUE(work);
+      EXPECT_EQ(work->step, keys[i].first);
+      EXPECT_EQ(work->submission, keys[i].second);
+      EXPECT_EQ(client.submit(worker.address(), keys[i].first, keys[i].second, sent[i]),
+                "accepted");
+    }
+    ASSERT_TRUE(client.request_work(worker.address(), 0, 1).work);  // step 1, submission 1
     EXPECT_NE(error_of([&] { client.submit(worker.address(), 1, 1, "garbage"); }), "");
     before = client.status();
     EXPECT_EQ(before.step, 1);  // step 0 has its 4 signal samples, step 1 has 2
@@ -119,15 +126,19 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
   const auto step0 = client.accepted(0), step1 = client.accepted(1);
   ASSERT_EQ(step0.size(), 2u);
   ASSERT_EQ(step1.size(), 1u);
-  EXPECT_EQ(step0[0].submission, 1);  // in acceptance order
-  EXPECT_EQ(step0[1].submission, 0);
-  EXPECT_EQ(client.download(0, step0[0].name), sent[1]);
-  EXPECT_EQ(client.download(0, step0[1].name), sent[0]);
+  EXPECT_EQ(step0[0].submission, 0);  // in acceptance order
+  EXPECT_EQ(step0[1].submission, 1);
+  EXPECT_EQ(client.download(0, step0[0].name), sent[0]);
+  EXPECT_EQ(client.download(0, step0[1].name), sent[1]);
   EXPECT_EQ(client.download(1, step1[0].name), sent[2]);
   EXPECT_EQ(step1[0].sha256, sha256_hex(sent[2]));
 
-  // It goes on: step 1 fills and the counter moves.
-  EXPECT_EQ(client.submit(worker.address(), 1, 1, file(1, 1, {{1, 0}})), "accepted");
+  // It goes on: the worker's next work is step 1 again, which fills, and the counter moves.
+  const auto work = client.request_work(worker.address(), 0, 1).work;
+  ASSERT_TRUE(work);
+  EXPECT_EQ(work->step, 1);
+  EXPECT_EQ(work->submission, 2);
+  EXPECT_EQ(client.submit(worker.address(), 1, 2, file(1, 2, {{1, 0}})), "accepted");
   EXPECT_EQ(client.status().step, 2);
   EXPECT_EQ(second.stop(SIGTERM, std::chrono::seconds(20)), 0) << second.log();
   EXPECT_NE(second.log().find("shutting down"), std::string::npos) << second.log();

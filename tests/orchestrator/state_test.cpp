@@ -20,6 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Hands out work for `key`'s step to its node (2 groups, lease to 1000); its submission number.
+int64_t assign(State& s, const SubmissionKey& key) {
+  return s.assign(key.step, key.node_address, 2, 1000, 50).key.submission;
+}
+
 TEST(StepCounter, CountsOnlyGroupsWhoseRewardsDiffer) {
   const test::FileSpec spec{"run", std::string(64, 'a'), 0, 0, 0};
   std::vector<rollout::RolloutRecord> rows;
@@ -70,10 +75,13 @@ TEST(State, DecisionsSurviveAReopen) {
   fs::remove_all(dir);
   const auto db = dir / "orchestrator.sqlite";
   const SubmissionKey a{0, std::string(64, 'a'), 0}, b{0, std::string(64, 'b'), 0},
-      c{1, std::string(64, 'a'), 3};
+      c{1, std::string(64, 'a'), 0};
   std::string secret;
   {
     State s(db, "run-1");
+    // Work first: only what was handed out can be requested (group size 4, lease to 1000).
+    EXPECT_EQ(s.request(a, std::string(64, '1'), 10, 4, 1000, 99), "");
+    for (const auto& key : {b, a, c}) EXPECT_EQ(assign(s, key), key.submission);
     EXPECT_EQ(s.run_id(), "run-1");
     secret = s.url_secret();
     EXPECT_EQ(secret.size(), 64u);
@@ -81,21 +89,26 @@ TEST(State, DecisionsSurviveAReopen) {
     EXPECT_EQ(s.publish_version(2), 2);
     EXPECT_EQ(s.publish_version(1), 2);  // older versions are ignored
 
-    s.request(b, std::string(64, '1'), 10, 100);
-    s.request(a, std::string(64, '2'), 20, 101);
-    s.request(a, std::string(64, '3'), 30, 102);  // refreshes the pending request
-    s.request(c, std::string(64, '4'), 40, 103);
+    s.request(b, std::string(64, '1'), 10, 4, 1000, 100);
+    s.request(a, std::string(64, '2'), 20, 4, 1000, 101);
+    s.request(a, std::string(64, '3'), 30, 4, 1000, 102);  // refreshes the pending request
+    s.request(c, std::string(64, '4'), 40, 4, 1000, 103);
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
     EXPECT_EQ(s.latest(a)->size, 30);
+    EXPECT_EQ(s.latest(a)->counts.samples, 8);  // 2 groups of 4, once the file exists
     EXPECT_EQ(s.count_by_status().at("pending"), 3);
 
     EXPECT_TRUE(s.accept(a, {8, 4, 32}, 110));  // accepted first although requested second
     EXPECT_TRUE(s.accept(b, {4, 0, 16}, 111));
     EXPECT_FALSE(s.accept(b, {4, 0, 16}, 112));  // nothing pending any more
     EXPECT_TRUE(s.reject(c, "bad file", 113));
-    EXPECT_EQ(s.request(a, std::string(64, '5'), 1, 120), "accepted");  // nothing recorded
+    EXPECT_EQ(s.request(a, std::string(64, '5'), 1, 4, 1000, 120), "accepted");  // unchanged
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
-    EXPECT_EQ(s.request(c, std::string(64, '6'), 60, 121), "pending");  // a rejected one: retry
+    // A rejected one is over: trying again takes new work, the next number.
+    EXPECT_EQ(s.request(c, std::string(64, '6'), 60, 4, 1000, 121), "rejected");
+    EXPECT_EQ(s.assign(1, c.node_address, 2, 1000, 122).key.submission, 1);
+    EXPECT_EQ(s.request({1, c.node_address, 1}, std::string(64, '6'), 60, 4, 1000, 123),
+              "pending");
   }
   State s(db, "another name");  // the run ID is fixed at the first start
   EXPECT_EQ(s.run_id(), "run-1");
@@ -108,10 +121,14 @@ TEST(State, DecisionsSurviveAReopen) {
   EXPECT_EQ(accepted[0].sha256, std::string(64, '3'));
   EXPECT_EQ(accepted[1].key.node_address, b.node_address);
   EXPECT_EQ(s.signal_samples_by_step(), (std::map<int64_t, int64_t>{{0, 4}}));
-  EXPECT_EQ(s.count_by_status(),
-            (std::map<std::string, int64_t>{
-                {"accepted", 2}, {"pending", 1}, {"rejected", 1}, {"validating", 0}}));
-  EXPECT_EQ(s.latest(c)->status, "pending");
+  EXPECT_EQ(s.count_by_status(), (std::map<std::string, int64_t>{{"accepted", 2},
+                                                                   {"assigned", 0},
+                                                                   {"dropped", 0},
+                                                                   {"pending", 1},
+                                                                   {"rejected", 1},
+                                                                   {"validating", 0}}));
+  EXPECT_EQ(s.latest(c)->status, "rejected");
+  EXPECT_EQ(s.latest({1, c.node_address, 1})->status, "pending");
   EXPECT_TRUE(s.is_accepted(a));
   EXPECT_FALSE(s.is_accepted(c));
   EXPECT_EQ(s.accepted_totals().completion_tokens, 48);
@@ -229,13 +246,16 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
   const SubmissionKey a{0, x, 0}, b{0, x, 1}, c{0, y, 0}, d{1, y, 0};
   {
     State s(db, "run-1");
-    for (const auto& key : {a, b, c, d}) s.request(key, std::string(64, '1'), 10, 100);
+    for (const auto& key : {a, b, c, d}) {
+      EXPECT_EQ(assign(s, key), key.submission);
+      s.request(key, std::string(64, '1'), 10, 4, 1000, 100);
+    }
     EXPECT_TRUE(s.start_validation(b, {4, 2, 16}, 101));  // uploaded first
     EXPECT_TRUE(s.start_validation(a, {4, 4, 16}, 102));
     EXPECT_TRUE(s.start_validation(c, {2, 2, 8}, 103));
     EXPECT_FALSE(s.start_validation(c, {2, 2, 8}, 104));  // not pending any more
     EXPECT_TRUE(s.is_validating(a));
-    EXPECT_EQ(s.request(a, std::string(64, '2'), 10, 105), "validating");
+    EXPECT_EQ(s.request(a, std::string(64, '2'), 10, 4, 1000, 105), "validating");
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '1'));
     EXPECT_EQ(s.count_by_status().at("validating"), 3);
     EXPECT_TRUE(s.signal_samples_by_step().empty());  // nothing counts before a verdict
@@ -357,11 +377,12 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
     EXPECT_EQ(s.node("aaaa")->rejections, 0);
     // The new statuses work, and ids go on from the old ones.
     EXPECT_TRUE(s.start_validation({1, "aaaa", 0}, {2, 2, 8}, 200));
-    EXPECT_EQ(s.request({2, "aaaa", 0}, "h4", 10, 201), "pending");
+    EXPECT_EQ(s.assign(2, "aaaa", 2, 1000, 201).key.submission, 0);
+    EXPECT_EQ(s.request({2, "aaaa", 0}, "h4", 10, 4, 1000, 201), "pending");
     EXPECT_EQ(s.submissions("", 2)[0].id, 4);
-    EXPECT_EQ(s.request({0, "aaaa", 0}, "h5", 10, 202), "accepted");
+    EXPECT_EQ(s.request({0, "aaaa", 0}, "h5", 10, 4, 1000, 202), "accepted");
   }
-  State again(db, "ignored");  // opens as version 2 now
+  State again(db, "ignored");  // opens as version 3 now
   EXPECT_EQ(again.count_by_status().at("validating"), 1);
   run("UPDATE meta SET value = '9' WHERE key = 'schema_version'");
   try {
@@ -371,6 +392,156 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
     EXPECT_NE(std::string(e.what()).find(db.string()), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("schema version 9"), std::string::npos) << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// Work handed out, its quota and what becomes of it: numbers per (step, node), the open work a
+// node asks again for, the admission snapshot (what counts toward each step, and until when),
+// steps that fill dropping their open work unjudged, samples by status and the validators' pace,
+// and validators claiming the lowest step first.
+TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
+  const auto dir =
+      fs::temp_directory_path() / ("trellis_state_work_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string x(64, 'a'), y(64, 'b'), z(64, 'c');
+  State s(dir / "orchestrator.sqlite", "run-1");
+  const auto xa = s.assign(0, x, 2, 1000, 100);
+  EXPECT_EQ(xa.status, "assigned");
+  EXPECT_EQ(xa.key.submission, 0);
+  EXPECT_EQ(xa.groups, 2);
+  EXPECT_EQ(xa.work_expires, 1000);
+  EXPECT_EQ(s.assign(0, x, 1, 1000, 101).key.submission, 1);  // numbers go on per (step, node)
+  EXPECT_EQ(s.assign(0, y, 3, 150, 102).key.submission, 0);
+  EXPECT_EQ(s.assign(1, x, 2, 1000, 103).key.submission, 0);
+  EXPECT_EQ(s.assign(1, z, 2, 1000, 104).key.submission, 0);
+  // The newest open work whose lease runs: y's ends at 150.
+  EXPECT_EQ(s.open_assignment(x, 200)->key.step, 1);
+  EXPECT_EQ(s.open_assignment(y, 149)->key.step, 0);
+  EXPECT_FALSE(s.open_assignment(y, 150));
+  s.renew(s.open_assignment(y, 149)->id, 300);
+  EXPECT_TRUE(s.open_assignment(y, 200));
+
+  // x's first file arrives (pending, then validating) and y's work lapses.
+  EXPECT_EQ(s.request({0, x, 0}, std::string(64, '1'), 10, 4, 1000, 110), "pending");
+  ASSERT_TRUE(s.start_validation({0, x, 0}, {8, 4, 32}, 111));
+  AdmissionSnapshot snap = s.admission_snapshot(4, 8, 400);
+  EXPECT_EQ(snap.counter, 0);
+  EXPECT_EQ(snap.policy_version, 0);
+  EXPECT_EQ(snap.steps.at(0).validating_signal, 4);
+  EXPECT_EQ(snap.steps.at(0).accepted_signal, 0);
+  EXPECT_EQ(snap.steps.at(0).open_groups, 1);  // x's second; y's lapsed at 300
+  EXPECT_EQ(snap.steps.at(1).open_groups, 4);
+  EXPECT_EQ(snap.validating_samples, 8);
+  EXPECT_EQ(snap.open_groups, 5);
+  EXPECT_DOUBLE_EQ(snap.signal_ratio, 0.5);
+
+  // The step fills: its other work is dropped unjudged, whatever stage it was at.
+  ASSERT_EQ(s.request({0, y, 0}, std::string(64, '2'), 10, 4, 1000, 120), "pending");
+  EXPECT_FALSE(s.start_validation({0, x, 1}, {4, 4, 16}, 121));  // no upload URL asked for
+  ASSERT_TRUE(s.accept_validated({0, x, 0}, "v", 130));
+  EXPECT_TRUE(s.close_full_steps(8, 131).empty());  // 4 of 8 signal samples accepted
+  EXPECT_EQ(s.latest({0, x, 1})->status, "assigned");
+  ASSERT_EQ(s.request({0, x, 1}, std::string(64, '3'), 10, 4, 1000, 132), "pending");
+  ASSERT_TRUE(s.start_validation({0, x, 1}, {4, 4, 16}, 133));
+  ASSERT_TRUE(s.accept_validated({0, x, 1}, "v", 140));
+  const auto dropped = s.close_full_steps(8, 141);
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].key.node_address, y);
+  EXPECT_EQ(dropped[0].status, "pending");  // as it was
+  EXPECT_EQ(s.latest({0, y, 0})->status, "dropped");
+  EXPECT_NE(s.latest({0, y, 0})->reason.find("step 0 closed"), std::string::npos);
+  EXPECT_EQ(s.latest({1, x, 0})->status, "assigned");  // other steps keep their work
+  EXPECT_TRUE(s.close_full_steps(8, 142).empty());
+  // y's file was generated after all: it asks to upload and is told, and it counts as generated.
+  EXPECT_EQ(s.request({0, y, 0}, std::string(64, '4'), 10, 4, 1000, 150), "dropped");
+  EXPECT_EQ(s.node(y), std::nullopt);  // never charged to the node
+
+  const auto samples = s.samples_by_status();
+  EXPECT_EQ(samples.at("accepted"), 12);
+  EXPECT_EQ(samples.at("dropped"), 12);  // 3 groups of 4
+  EXPECT_EQ(samples.at("assigned"), 0);
+  EXPECT_EQ(s.count_by_status().at("dropped"), 1);
+  EXPECT_EQ(s.samples_judged_since(135), 4);
+  EXPECT_EQ(s.samples_judged_since(100), 12);
+  snap = s.admission_snapshot(4, 8, 400);
+  EXPECT_EQ(snap.counter, 1);
+  EXPECT_EQ(snap.steps.count(0), 0u);
+
+  // Validators take the lowest step first, though its file came later.
+  ASSERT_EQ(s.request({1, z, 0}, std::string(64, '5'), 10, 4, 1000, 160), "pending");
+  ASSERT_EQ(s.request({1, x, 0}, std::string(64, '6'), 10, 4, 1000, 160), "pending");
+  ASSERT_TRUE(s.start_validation({1, z, 0}, {8, 8, 32}, 161));
+  EXPECT_EQ(s.assign(2, y, 2, 1000, 162).key.submission, 0);
+  ASSERT_EQ(s.request({2, y, 0}, std::string(64, '7'), 10, 4, 1000, 163), "pending");
+  ASSERT_TRUE(s.start_validation({2, y, 0}, {8, 8, 32}, 164));
+  ASSERT_TRUE(s.start_validation({1, x, 0}, {8, 8, 32}, 165));
+  EXPECT_EQ(s.claim("v", 10, 200)->key.node_address, z);
+  EXPECT_EQ(s.claim("v", 10, 200)->key.node_address, x);
+  EXPECT_EQ(s.claim("v", 10, 200)->key.step, 2);
+  fs::remove_all(dir);
+}
+
+// A database of schema version 2 (validators, no work assignments) opens migrated: its rows keep
+// every column, count as work of any size (groups 0), and the new statuses can be written.
+TEST(State, ADatabaseOfSchemaVersion2IsMigrated) {
+  const auto dir = fs::temp_directory_path() / ("trellis_state_v2_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto db = dir / "orchestrator.sqlite";
+  sqlite3* h = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(h, R"sql(
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE submissions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, step INTEGER NOT NULL, node TEXT NOT NULL,
+  submission INTEGER NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('pending', 'validating', 'accepted', 'rejected')),
+  reason TEXT NOT NULL DEFAULT '', samples INTEGER NOT NULL DEFAULT 0,
+  signal_samples INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0,
+  created_at REAL NOT NULL, decided_at REAL NOT NULL DEFAULT 0, accept_seq INTEGER,
+  uploaded_at REAL NOT NULL DEFAULT 0, validator TEXT NOT NULL DEFAULT '',
+  claimed_by TEXT NOT NULL DEFAULT '', lease_expires REAL NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX submissions_one_open
+  ON submissions (step, node, submission) WHERE status IN ('pending', 'validating', 'accepted');
+CREATE INDEX submissions_by_step ON submissions (step, status, accept_seq);
+CREATE TABLE nodes (
+  address TEXT PRIMARY KEY, ip TEXT NOT NULL DEFAULT '', registered_at REAL NOT NULL DEFAULT 0,
+  last_seen REAL NOT NULL DEFAULT 0, signed_at INTEGER NOT NULL DEFAULT 0,
+  evicted INTEGER NOT NULL DEFAULT 0, evicted_reason TEXT NOT NULL DEFAULT '',
+  evicted_at REAL NOT NULL DEFAULT 0, rejections INTEGER NOT NULL DEFAULT 0,
+  last_rejection TEXT NOT NULL DEFAULT '');
+INSERT INTO meta VALUES ('schema_version', '2'), ('run_id', 'old-run'), ('url_secret', 'ab12'),
+  ('policy_version', '1'), ('allowlist_revision', '0');
+INSERT INTO submissions VALUES
+  (1, 0, 'aaaa', 0, 'h1', 10, 'accepted', '', 4, 4, 16, 100, 110, 1, 105, 'v', 'v', 200),
+  (2, 0, 'aaaa', 1, 'h2', 10, 'validating', '', 4, 2, 16, 101, 0, NULL, 106, '', 'v', 300),
+  (3, 1, 'bbbb', 0, 'h3', 10, 'pending', '', 0, 0, 0, 102, 0, NULL, 0, '', '', 0);
+)sql",
+                         nullptr, nullptr, &err),
+            SQLITE_OK)
+      << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(h);
+  {
+    State s(db, "ignored");
+    EXPECT_EQ(s.run_id(), "old-run");
+    const auto rows = s.submissions();
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_EQ(rows[0].validator, "v");
+    EXPECT_EQ(rows[0].uploaded_at, 105);
+    EXPECT_EQ(rows[1].status, "validating");
+    EXPECT_EQ(rows[1].lease_expires, 300);
+    EXPECT_EQ(rows[1].groups, 0);
+    EXPECT_EQ(rows[2].work_expires, 0);
+    // The old pending request is still uploadable; the numbers handed out next follow it.
+    EXPECT_EQ(s.request({1, "bbbb", 0}, "h4", 10, 4, 1000, 200), "pending");
+    EXPECT_EQ(s.assign(0, "aaaa", 2, 1000, 201).key.submission, 2);
+    EXPECT_EQ(s.close_full_steps(4, 202).size(), 2u);  // step 0 holds 4 accepted signal samples
+    EXPECT_EQ(s.latest({0, "aaaa", 1})->status, "dropped");
+  }
+  State again(db, "ignored");
+  EXPECT_EQ(again.count_by_status().at("dropped"), 2);
   fs::remove_all(dir);
 }
 

@@ -60,6 +60,20 @@ class Validation : public ApiFixture {
                           const std::vector<std::vector<float>>& groups = {{0, 1, 0, 1}}) {
     return test::signed_file({"run-test", node.address(), step, submission, 0}, groups, node);
   }
+  // Work for `node` (one group per entry of `groups`), then its file for that work uploaded.
+  struct Sent {
+    Assignment work;
+    std::string bytes, status;
+  };
+  Sent send(const Identity& node, const std::vector<std::vector<float>>& groups = {{0, 1, 0, 1}}) {
+    Sent out;
+    out.work = work(*trainer_, node, static_cast<int64_t>(groups.size()));
+    out.bytes = file(node, static_cast<int32_t>(out.work.step),
+                     static_cast<int32_t>(out.work.submission), groups);
+    out.status =
+        trainer_->submit(node.address(), out.work.step, out.work.submission, out.bytes);
+    return out;
+  }
   static std::string name(const Identity& node, int64_t submission) {
     return node.address() + "-" + std::to_string(submission) + ".parquet";
   }
@@ -107,8 +121,9 @@ class Validation : public ApiFixture {
 TEST_F(Validation, AnUploadWaitsForAVerdictThenBecomesVisible) {
   start();
   // 8 signal samples: enough for step 0 once accepted (batch_size 8).
-  const std::string bytes = file(worker_, 0, 0, {{0, 1, 0, 1}, {1, 0, 1, 0}});
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, bytes), "validating");
+  const Sent sent = send(worker_, {{0, 1, 0, 1}, {1, 0, 1, 0}});
+  EXPECT_EQ(sent.status, "validating");
+  const std::string& bytes = sent.bytes;
 
   // Waiting: stored under validating/, not listed, not served, not counted.
   EXPECT_EQ(files_under("validating"),
@@ -180,6 +195,7 @@ TEST_F(Validation, AnUploadWaitsForAVerdictThenBecomesVisible) {
 
 TEST_F(Validation, ARawUploadIsAnswered202) {
   start();
+  work(*trainer_, worker_, 1);
   const std::string bytes = file(worker_, 0, 0);
   const Json req{{"node_address", worker_.address()},
                  {"step", 0},
@@ -215,13 +231,13 @@ TEST_F(Validation, ARawUploadIsAnswered202) {
 
 TEST_F(Validation, ARejectionCountsEvictsAndDropsTheNodesOtherFiles) {
   start();
-  const std::string first = file(worker_, 0, 0), second = file(worker_, 0, 1);
-  const std::string theirs = file(bystander_, 0, 0);
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, first), "validating");
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 1, second), "validating");
-  EXPECT_EQ(trainer_->submit(bystander_.address(), 0, 0, theirs), "validating");
+  // Two files of the worker fill step 0's quota; the bystander's goes to step 1.
+  const std::string first = send(worker_).bytes;
+  EXPECT_EQ(send(worker_).work.submission, 1);
+  EXPECT_EQ(send(bystander_).work.step, 1);
+  EXPECT_EQ(trainer_->status().validating, 3);
 
-  const ValidationClaim c = claim("v1");  // the oldest upload
+  const ValidationClaim c = claim("v1");  // the oldest upload of the lowest step
   EXPECT_EQ(c.key.node_address, worker_.address());
   EXPECT_EQ(c.key.submission, 0);
   EXPECT_EQ(validator_->post_verdict(c.key, false, "proof mismatch at row 3", "v1", 2), "rejected");
@@ -229,7 +245,7 @@ TEST_F(Validation, ARejectionCountsEvictsAndDropsTheNodesOtherFiles) {
   // The rejected file is kept for operators; the node's other one is gone; the bystander's waits.
   EXPECT_EQ(read_file(dir_ / "rejected" / "step_0" / name(worker_, 0)), first);
   EXPECT_EQ(files_under("validating"),
-            std::vector<std::string>{"validating/step_0/" + name(bystander_, 0)});
+            std::vector<std::string>{"validating/step_1/" + name(bystander_, 0)});
   EXPECT_TRUE(files_under("rollouts").empty());
 
   const auto rejected = trainer_->submissions("rejected", 0);
@@ -258,6 +274,8 @@ TEST_F(Validation, ARejectionCountsEvictsAndDropsTheNodesOtherFiles) {
   })) << listed.dump();
 
   // The evicted node is refused from now on; a verdict on its dropped file is too late.
+  EXPECT_CONTAINS(test::error_of([&] { trainer_->request_work(worker_.address(), 0, 1); }),
+                  "was evicted: " + eviction);
   EXPECT_CONTAINS(
       test::error_of([&] { trainer_->submit(worker_.address(), 1, 0, file(worker_, 1, 0)); }),
       "was evicted: " + eviction);
@@ -284,9 +302,8 @@ TEST_F(Validation, WithoutEvictOnRejectTheNodeIsOnlyMarked) {
   ApiOptions o = options();
   o.evict_on_reject = false;
   start(o);
-  const std::string first = file(worker_, 0, 0), second = file(worker_, 0, 1);
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, first), "validating");
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 1, second), "validating");
+  EXPECT_EQ(send(worker_).status, "validating");
+  EXPECT_EQ(send(worker_).status, "validating");
   const ValidationClaim c = claim("v1");
   EXPECT_EQ(validator_->post_verdict(c.key, false, "sampling check failed", "v1", 1), "rejected");
 
@@ -298,17 +315,19 @@ TEST_F(Validation, WithoutEvictOnRejectTheNodeIsOnlyMarked) {
   EXPECT_EQ(trainer_->submissions("validating").size(), 1u);
   EXPECT_EQ(files_under("validating"),
             std::vector<std::string>{"validating/step_0/" + name(worker_, 1)});
-  // A rejected submission may be sent again; a second rejection counts too and overwrites the
-  // kept file.
-  const std::string retry = file(worker_, 0, 0, {{1, 0}});
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, retry), "validating");
+  // The rejected file's share is handed out again, and the node may take it; a second rejection
+  // counts too.
+  const Sent retry = send(worker_, {{1, 0}});
+  EXPECT_EQ(retry.status, "validating");
+  EXPECT_EQ(retry.work.step, 0);
+  EXPECT_EQ(retry.work.submission, 2);
   EXPECT_EQ(claim("v1").key.submission, 1);
   const ValidationClaim again = claim("v1");
-  EXPECT_EQ(again.key.submission, 0);
+  EXPECT_EQ(again.key.submission, 2);
   EXPECT_EQ(validator_->post_verdict(again.key, false, "still wrong", "v1", 1), "rejected");
   EXPECT_EQ(node(worker_)->rejections, 2);
-  EXPECT_EQ(node(worker_)->last_rejection, "step 0 submission 0: validator v1: still wrong");
-  EXPECT_EQ(read_file(dir_ / "rejected" / "step_0" / name(worker_, 0)), retry);
+  EXPECT_EQ(node(worker_)->last_rejection, "step 0 submission 2: validator v1: still wrong");
+  EXPECT_EQ(read_file(dir_ / "rejected" / "step_0" / name(worker_, 2)), retry.bytes);
   EXPECT_FALSE(node(worker_)->evicted);
 }
 
@@ -316,8 +335,8 @@ TEST_F(Validation, LeasesKeepValidatorsApartAndExpire) {
   ApiOptions o = options();
   o.validation_lease_s = 1;
   start(o);
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, file(worker_, 0, 0)), "validating");
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 1, file(worker_, 0, 1)), "validating");
+  EXPECT_EQ(send(worker_).status, "validating");
+  EXPECT_EQ(send(worker_).status, "validating");
 
   const ValidationClaim a = claim("v1");
   const ValidationClaim b = claim("v2");
@@ -342,7 +361,7 @@ TEST_F(Validation, LeasesKeepValidatorsApartAndExpire) {
 
 TEST_F(Validation, TheValidatorsTokenIsEnforced) {
   start();
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, file(worker_, 0, 0)), "validating");
+  EXPECT_EQ(send(worker_).status, "validating");
   const std::string path = "/validation/files/step_0/" + name(worker_, 0);
   const Json verdict{{"step", 0},       {"node_address", worker_.address()},
                      {"submission", 0}, {"accept", true},
@@ -379,7 +398,7 @@ TEST_F(Validation, TheValidatorsTokenIsEnforced) {
 
 TEST_F(Validation, MalformedRequestsGet400NamingTheField) {
   start();
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, file(worker_, 0, 0)), "validating");
+  EXPECT_EQ(send(worker_).status, "validating");
   const auto verdict = [&](const std::string& field, const Json& value) {
     Json j{{"step", 0},
            {"node_address", worker_.address()},
@@ -426,7 +445,7 @@ TEST_F(Validation, MalformedRequestsGet400NamingTheField) {
   EXPECT_EQ(res->status, 400);
   EXPECT_CONTAINS(error_text(res), "missing field 'validator' (POST /validation/claim)");
   for (const auto& [path, message] : std::vector<std::pair<std::string, std::string>>{
-           {"/submissions?status=waiting", "query parameter 'status' must be pending"},
+           {"/submissions?status=waiting", "query parameter 'status' must be assigned, pending"},
            {"/submissions?step=x", "query parameter 'step' must be a step number"}}) {
     res = get(path, kTrainerToken);
     ASSERT_TRUE(res);
@@ -450,31 +469,39 @@ TEST_F(Validation, MalformedRequestsGet400NamingTheField) {
 }
 
 TEST_F(Validation, SubmissionsAreListedByStatusAndStep) {
-  start();
+  ApiOptions o = options();
+  o.max_backlog_steps = 4;  // room for all of the work below
+  start(o);
   trainer_->publish_version(1);
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, file(worker_, 0, 0)), "validating");
-  EXPECT_CONTAINS(test::error_of([&] { trainer_->submit(worker_.address(), 0, 1, "not parquet"); }),
+  EXPECT_EQ(send(worker_, {{0, 1, 0, 1}, {1, 0, 1, 0}}).status, "validating");  // fills step 0
+  EXPECT_EQ(work(*trainer_, worker_, 1, 1).step, 1);
+  EXPECT_CONTAINS(test::error_of([&] { trainer_->submit(worker_.address(), 1, 0, "not parquet"); }),
                   "schema: ");
+  EXPECT_EQ(work(*trainer_, worker_, 1, 1).submission, 1);
   EXPECT_EQ(trainer_->submit(
-                worker_.address(), 1, 0,
-                test::signed_file({"run-test", worker_.address(), 1, 0, 1}, {{0, 1}}, worker_)),
+                worker_.address(), 1, 1,
+                test::signed_file({"run-test", worker_.address(), 1, 1, 1}, {{0, 1}}, worker_)),
             "validating");
-  // A request whose file never came.
+  // Work whose file never came, and one never asked for an upload.
+  EXPECT_EQ(work(*trainer_, bystander_, 1, 1).step, 1);
   auto res = http_->Post("/submissions",
                          Json{{"node_address", bystander_.address()},
                               {"step", 1},
-                              {"submission", 5},
+                              {"submission", 0},
                               {"sha256", std::string(64, 'a')},
                               {"size", 10}}
                              .dump(),
                          "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200);
+  const Identity idle = Identity::generate();
+  EXPECT_EQ(work(*trainer_, idle, 1, 1).step, 1);
 
   const auto all = trainer_->submissions();
-  ASSERT_EQ(all.size(), 4u);
+  ASSERT_EQ(all.size(), 5u);
   for (size_t i = 1; i < all.size(); ++i) EXPECT_LT(all[i - 1].id, all[i].id);
   EXPECT_EQ(all[0].status, "validating");
+  EXPECT_EQ(all[0].groups, 2);
   EXPECT_EQ(all[1].status, "rejected");
   EXPECT_CONTAINS(all[1].reason, "schema: not a valid rollout file");
   EXPECT_EQ(all[1].validator, "");
@@ -482,8 +509,12 @@ TEST_F(Validation, SubmissionsAreListedByStatusAndStep) {
   EXPECT_EQ(all[3].status, "pending");
   EXPECT_EQ(all[3].uploaded_at, 0);
   EXPECT_EQ(all[3].sha256, std::string(64, 'a'));
+  EXPECT_EQ(all[3].counts.samples, 4);  // what its work allows: its file exists
+  EXPECT_EQ(all[4].status, "assigned");
+  EXPECT_GT(all[4].work_expires, all[4].created_at);
   EXPECT_EQ(trainer_->submissions("validating").size(), 2u);
-  EXPECT_EQ(trainer_->submissions("", 1).size(), 2u);
+  EXPECT_EQ(trainer_->submissions("assigned").size(), 1u);
+  EXPECT_EQ(trainer_->submissions("", 1).size(), 4u);
   const auto one = trainer_->submissions("validating", 1);
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0].key.step, 1);
@@ -494,7 +525,7 @@ TEST_F(Validation, SubmissionsAreListedByStatusAndStep) {
 
 TEST_F(Validation, AnEvictionRejectsTheNodesFilesWaitingForAVerdict) {
   start();
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, file(worker_, 0, 0)), "validating");
+  EXPECT_EQ(send(worker_).status, "validating");
   const ValidationClaim c = claim("v1");
   trainer_->evict(worker_.address(), "caught by the operator");
   EXPECT_TRUE(files_under("validating").empty());
@@ -509,9 +540,8 @@ TEST_F(Validation, AnEvictionRejectsTheNodesFilesWaitingForAVerdict) {
 
 TEST_F(Validation, TheQueueSurvivesARestart) {
   start();
-  const std::string bytes = file(worker_, 0, 0), other = file(worker_, 0, 1);
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, bytes), "validating");
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 1, other), "validating");
+  const std::string bytes = send(worker_).bytes, other = send(worker_).bytes;
+  EXPECT_EQ(trainer_->status().validating, 2);
   const ValidationClaim c = claim("v1");
   EXPECT_EQ(c.key.submission, 0);
   server_->stop();
@@ -547,6 +577,100 @@ TEST_F(Validation, TheQueueSurvivesARestart) {
   const auto files = trainer_->accepted(0);
   ASSERT_EQ(files.size(), 2u);
   EXPECT_EQ(files[1].name, name(worker_, 1));  // acceptance order
+}
+
+// Admission control with validators: work whose step fills first is dropped unjudged, wherever
+// it is (waiting for a verdict, or not yet uploaded), and never held against its node; validators
+// judge the lowest step first; and while the validation backlog is full, no new work is handed
+// out and the status says that validators are behind.
+TEST_F(Validation, SurplusOfAFilledStepIsDroppedUnjudged) {
+  ApiOptions o = options();
+  o.work_lease_s = 1;
+  start(o);
+  const Identity late = Identity::generate();
+  // Each lease lapses before the next node asks, so three nodes get step 0's whole share.
+  const Assignment mine = work(*trainer_, worker_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const Assignment slow = work(*trainer_, late);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const Assignment theirs = work(*trainer_, bystander_);
+  for (const Assignment& w : {mine, slow, theirs}) EXPECT_EQ(w.step, 0);
+  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0,
+                             file(worker_, 0, 0, {{0, 1, 0, 1}, {1, 0, 1, 0}})),
+            "validating");
+  EXPECT_EQ(trainer_->submit(bystander_.address(), 0, 0,
+                             file(bystander_, 0, 0, {{0, 1, 0, 1}, {1, 0, 1, 0}})),
+            "validating");
+
+  // The worker's file fills step 0: the bystander's is surplus, and so is late's work.
+  EXPECT_EQ(validator_->post_verdict(claim("v1").key, true, "", "v1", 8), "accepted");
+  EXPECT_FALSE(validator_->claim_validation("v1").claim) << "the surplus was claimed";
+  EXPECT_TRUE(files_under("validating").empty());
+  const auto dropped = trainer_->submissions("dropped");
+  ASSERT_EQ(dropped.size(), 2u);
+  EXPECT_EQ(dropped[0].key.node_address, late.address());
+  EXPECT_EQ(dropped[1].key.node_address, bystander_.address());
+  EXPECT_CONTAINS(dropped[1].reason, "step 0 closed");
+  EXPECT_EQ(dropped[1].validator, "");
+  EXPECT_CONTAINS(
+      test::error_of([&] { validator_->post_verdict(dropped[1].key, false, "x", "v1", 1); }),
+      "is not being validated");
+  // late's file comes after all: not needed, so not used, and counted as generated.
+  EXPECT_EQ(trainer_->submit(late.address(), 0, 0, file(late, 0, 0, {{0, 1, 0, 1}, {1, 0, 1, 0}})),
+            "dropped");
+  const Status s = trainer_->status();
+  EXPECT_EQ(s.dropped, 2);
+  EXPECT_EQ(s.rejected, 0);
+  EXPECT_EQ(s.dropped_samples, 16);
+  EXPECT_EQ(s.generated_samples, 24);
+  EXPECT_EQ(s.accepted_samples, 8);
+  EXPECT_EQ(s.step, 1);
+  // Never held against the nodes.
+  EXPECT_FALSE(node(bystander_).has_value());
+  EXPECT_FALSE(node(late).has_value());
+  auto res = http_->Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_CONTAINS(res->body, "trellis_orchestrator_samples{status=\"dropped\"} 16\n");
+  EXPECT_CONTAINS(res->body, "trellis_orchestrator_submissions{status=\"dropped\"} 2\n");
+}
+
+TEST_F(Validation, ValidatorsJudgeTheLowestStepFirst) {
+  start();
+  const Assignment first = work(*trainer_, worker_), second = work(*trainer_, bystander_);
+  EXPECT_EQ(first.step, 0);
+  EXPECT_EQ(second.step, 1);
+  // The step-1 file comes first; the trainer needs step 0 first.
+  EXPECT_EQ(trainer_->submit(bystander_.address(), 1, 0, file(bystander_, 1, 0)), "validating");
+  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0, file(worker_, 0, 0)), "validating");
+  EXPECT_EQ(claim("v1").key.step, 0);
+  EXPECT_EQ(claim("v2").key.step, 1);
+}
+
+TEST_F(Validation, AFullBacklogHoldsWorkBackAndSaysValidatorsAreBehind) {
+  ApiOptions o = options();
+  o.max_backlog_steps = 1;  // 8 samples waiting for a verdict or being generated
+  start(o);
+  EXPECT_FALSE(trainer_->status().validators_behind);
+  EXPECT_EQ(send(worker_, {{0, 1, 0, 1}, {1, 0, 1, 0}}).status, "validating");
+  EXPECT_CONTAINS(wait_reason(*trainer_, bystander_),
+                  "the validation backlog is full: 8 samples wait for a verdict and 0 are being "
+                  "generated (at most 8: orchestrator.max_backlog_steps x rl.batch_size)");
+  Status s = trainer_->status();
+  EXPECT_TRUE(s.validators_behind);
+  EXPECT_EQ(s.validating_samples, 8);
+  EXPECT_EQ(s.max_backlog_samples, 8);
+  EXPECT_EQ(s.judged_samples_per_s, 0);
+  // A verdict makes room.
+  EXPECT_EQ(validator_->post_verdict(claim("v1").key, true, "", "v1", 8), "accepted");
+  const Assignment w = work(*trainer_, bystander_, 4);
+  EXPECT_EQ(w.step, 1);
+  EXPECT_EQ(w.groups, 2);
+  s = trainer_->status();
+  EXPECT_GT(s.judged_samples_per_s, 0);
+  // Work being generated counts toward the bound too, but is not validators being behind.
+  trainer_->publish_version(1);  // step 2 opens
+  const std::string reason = wait_reason(*trainer_, worker_, 2, 1);
+  EXPECT_CONTAINS(reason, "0 samples wait for a verdict and 8 are being generated");
 }
 
 }  // namespace

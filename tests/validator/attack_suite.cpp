@@ -58,7 +58,7 @@ const std::map<std::string, std::vector<std::string>>& expected_checks() {
       {"truncated", {"termination:"}},
       {"early_eos", {"termination:", "sampling:"}},
       {"cherry_picked", {"data sampling:"}},
-      {"repeated_prompts", {"data sampling:"}},
+      {"repeated_prompts", {"data sampling:", "upload:"}},  // upload: beyond one-group work
       {"inflated_rewards", {"reward:", "bounds:"}},
       {"inflated_advantages", {"bounds:"}},
       {"wrong_proof_length", {"schema:"}},
@@ -172,14 +172,18 @@ class Attacks : public ::testing::Test {
     ASSERT_TRUE(nodes_.count(attack)) << attack << " did not upload:\n" << outputs_[attack];
     const auto subs = of(attack);
     ASSERT_FALSE(subs.empty()) << attack;
+    int64_t rejected = 0;
     for (const auto& s : subs) {
-      if (s.status == "pending") continue;  // an upload URL it never used
+      // Work it never finished, or whose step filled before its file came (never judged).
+      if (s.status == "assigned" || s.status == "pending" || s.status == "dropped") continue;
+      ++rejected;
       EXPECT_EQ(s.status, "rejected") << attack << ": " << s.reason;
       bool named = false;
       for (const auto& check : expected_checks().at(attack))
         named = named || s.reason.find(check) != std::string::npos;
       EXPECT_TRUE(named) << attack << " was rejected for another reason: " << s.reason;
     }
+    EXPECT_GT(rejected, 0) << attack << " has no rejected submission";
   }
 
   static inline fs::path dir_, run_dir_;

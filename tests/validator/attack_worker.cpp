@@ -69,6 +69,7 @@ struct Attacker {
   std::unique_ptr<model::Transformer> policy;  // the claimed version's weights
   std::unique_ptr<model::Prompting> prompting;
   int64_t version = -1;
+  int64_t assigned_groups = 1;  // what the orchestrator's work allows
 
   Attacker(const Config& c, std::string name, fs::path dir, fs::path other)
       : config(c),
@@ -108,8 +109,7 @@ struct Attacker {
   // Honest generation with `model` of the groups drawn for (step, submission), with proofs.
   std::vector<rl::RolloutGroup> generate(model::Transformer& model, int64_t step,
                                          int64_t submission, std::vector<env::Task>& drawn) {
-    const int64_t groups = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
-    drawn = sampler->draw(step, submission, groups);
+    drawn = sampler->draw(step, submission, assigned_groups);
     engine::Engine engine(
         model, pipeline::worker_engine_options(config, false, prompting->tok.vocab_size()));
     toploc::ProofBuilder proofs;
@@ -254,8 +254,10 @@ struct Attacker {
       std::vector<env::Task> other;
       auto groups = generate(*policy, step, submission + 1000, other);
       rows = to_rows(std::move(groups), other, run_id, step, submission);
-    } else if (attack == "repeated_prompts") {  // the first group twice
-      const int32_t groups = rows.back().group_index + 1;
+    } else if (attack == "repeated_prompts") {  // the first group twice (or more)
+      // Work of one group leaves no room for a repeat within the file: the second copy then
+      // exceeds the assignment, which the orchestrator catches first.
+      const int32_t groups = std::max(2, rows.back().group_index + 1);
       Records twice;
       for (const auto& r : rows) {
         if (r.group_index != 0) continue;
@@ -309,19 +311,29 @@ struct Attacker {
     return encode(rows);
   }
 
-  // Uploads the tampered file for the current step until the orchestrator takes it in (validating,
-  // accepted) or rejects it; a refusal (the step filled meanwhile) moves to the next step.
+  // Asks for work like a worker (refetching the policy when the run has moved past it), builds
+  // the tampered file for it and uploads it, until the orchestrator takes it in (validating,
+  // accepted) or rejects it; work whose step filled first (dropped) is asked for again.
   Json run(int64_t min_version) {
     fetch_policy(min_version);
     const double t0 = now_s();
+    const int64_t max_groups = config.get_at_least<int64_t>("infer.groups_per_submission", 1);
     std::string last_error;
     while (now_s() - t0 < 600) {
       const auto status = client.status();
       if (status.done) break;
-      const int64_t step = status.step;
+      if (version < status.step - status.async_level) fetch_policy(status.step - status.async_level);
+      const auto answer = client.request_work(identity.address(), version, max_groups);
+      if (!answer.work) {
+        last_error = answer.wait_reason;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      const auto& work = *answer.work;
+      assigned_groups = work.groups;
       std::string file;
       try {
-        file = build(status.run_id, step, 0);
+        file = build(status.run_id, work.step, work.submission);
       } catch (const Error& e) {
         last_error = e.what();  // e.g. nothing to replay yet
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -329,12 +341,14 @@ struct Attacker {
       }
       Json out = {{"attack", attack},
                   {"node", identity.address()},
-                  {"step", step},
-                  {"submission", 0},
+                  {"step", work.step},
+                  {"submission", work.submission},
+                  {"groups", work.groups},
                   {"version", version}};
       try {
-        out["upload"] = client.submit(identity.address(), step, 0, file);
-        return out;
+        out["upload"] = client.submit(identity.address(), work.step, work.submission, file);
+        if (out["upload"] != "dropped") return out;
+        last_error = "dropped";
       } catch (const Error& e) {
         last_error = e.what();
         if (last_error.find("422") != std::string::npos ||
