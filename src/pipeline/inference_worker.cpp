@@ -95,7 +95,7 @@ class Worker {
       }
       run_id_ = status.run_id;
       // Work is handed out for the policy version a worker holds: hold one first.
-      hold_policy(status.step - rl_.async_level);
+      load_newest();
       if (!engine_ || (!work_ && !ask_for_work())) {
         sleep();
         continue;
@@ -116,10 +116,8 @@ class Worker {
   void sleep() { std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_)); }
 
   // Loads the newest verified version the fetcher holds, if newer than the one held (it is at
-  // most the orchestrator's announced version); true when the held version is at least
-  // `min_version`.
-  bool hold_policy(int64_t min_version) {
-    const double t0 = now_s();
+  // most the orchestrator's announced version).
+  void load_newest() {
     if (const auto newer = fetcher_->newer_than(version_)) {
       try {
         load_policy(newer->first, newer->second);
@@ -128,6 +126,13 @@ class Worker {
         log::warn("could not load policy version {}: {}", newer->first, e.what());
       }
     }
+  }
+
+  // load_newest(); true when the held version is at least `min_version` (the time until then
+  // counts as waiting for weights).
+  bool hold_policy(int64_t min_version) {
+    const double t0 = now_s();
+    load_newest();
     const bool ok = engine_ && version_ >= min_version;
     if (!ok) waited_for_weights_ += now_s() - t0 + poll_s_;
     return ok;

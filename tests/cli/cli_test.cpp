@@ -60,6 +60,40 @@ TEST(Cli, VersionAndHelp) {
   EXPECT_NE(bad.status, 0);
 }
 
+// Every command that runs a model takes --device, --dtype and --threads: the config-driven ones
+// as overrides of [compute] (so `--device cuda` is never read as a CONFIG file), the others as
+// their own flags.
+TEST_F(CliModel, EveryCommandThatRunsAModelTakesDeviceDtypeAndThreads) {
+  for (const char* cmd :
+       {"generate", "serve", "eval", "filter", "sft", "rl", "run", "quickstart", "trainer",
+        "infer", "validate", "toploc verify", "bench train", "bench generate", "bench rollouts",
+        "bench validate"}) {
+    const auto help = run_trellis(std::string(cmd) + " --help");
+    EXPECT_EQ(help.status, 0) << cmd;
+    for (const char* flag : {"--device", "--dtype", "--threads"})
+      EXPECT_CONTAINS(help.output, flag) << cmd;
+  }
+  const std::string example = std::string(TRELLIS_SOURCE_DIR) + "/examples/reverse_text.toml";
+  const auto run_dir = fresh_dir("compute-flags");
+  auto r = run_trellis("rl " + example + " --device cuda --set model.path=" + dir_.string() +
+                       " --run-dir " + run_dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "--device cuda requested");
+  r = run_trellis("rl " + example + " --device tpu --set model.path=" + dir_.string() +
+                  " --run-dir " + run_dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "unknown device 'tpu'");
+  // The flags win over the files and --set, and are saved with the run.
+  r = run_trellis("sft " + example + " --set compute.threads=2 --dtype fp32 --threads 1" +
+                  " --set model.path=" + dir_.string() +
+                  " --set sft.steps=1 --set sft.eval_tasks=0 --run-dir " + run_dir.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const std::string saved = read_file(run_dir / "config.toml");
+  EXPECT_CONTAINS(saved, "dtype = 'fp32'");
+  EXPECT_CONTAINS(saved, "threads = 1");
+  fs::remove_all(run_dir);
+}
+
 TEST_F(CliModel, InfoDescribesTheModel) {
   auto r = run_trellis("model info " + dir_.string());
   ASSERT_EQ(r.status, 0) << r.output;

@@ -73,6 +73,29 @@ TEST(Report, PlotsExactlyTheGroupsWhoseMetricsArePresent) {
   EXPECT_NE(html.find("2 min 30 s"), std::string::npos);                  // 5 × 30 s
 }
 
+// A decoupled run's pool metrics: samples generated, trained and dropped over the run, and the
+// validation backlog, each in a plot, with generated / trained in the summary.
+TEST(Report, ShowsWhatAdmissionControlKeptFromBeingGenerated) {
+  RunTempDir dir;
+  write_text(dir.path() / "metrics.jsonl",
+             "{\"step\":0,\"samples/generated\":160,\"samples/trained\":128,"
+             "\"samples/dropped\":0,\"validation/backlog_samples\":64,"
+             "\"validation/judged_samples_per_s\":30}\n"
+             "{\"step\":1,\"samples/generated\":288,\"samples/trained\":256,"
+             "\"samples/dropped\":8,\"validation/backlog_samples\":0,"
+             "\"validation/judged_samples_per_s\":40}\n");
+  const std::string html = render_report(dir.path()).html;
+  const std::string samples = section(html, "samples");
+  ASSERT_NE(samples, "");
+  for (const char* id : {"samples/generated", "samples/trained", "samples/dropped"})
+    EXPECT_EQ(polylines(samples, id).size(), 1u) << id;
+  EXPECT_EQ(polylines(section(html, "validation"), "validation/backlog_samples").size(), 1u);
+  EXPECT_NE(html.find("<th>Samples generated / trained (admission control)</th><td "
+                      "class=\"num\">288 / 256 = 1.125</td>"),
+            std::string::npos)
+      << html.substr(html.find("<section id=\"summary\">"), 1500);
+}
+
 TEST(Report, RewardCurvesLandAtTheirCoordinates) {
   RunTempDir dir;
   write_text(dir.path() / "metrics.jsonl", small_metrics());
