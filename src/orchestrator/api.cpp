@@ -861,26 +861,15 @@ struct Server::Impl {
     refuse(422, kind, reason);
   }
 
-  // The checks of an uploaded file that need its contents: it holds no more than its assignment's
-  // `groups` (0 = any); every row belongs to this run, node, step and submission; the worker
-  // signed the body; every token was sampled by a policy version the step may use. Returns the
+  // The checks of an uploaded file that need its contents: every row belongs to this run, node,
+  // step and submission; every token was sampled by a policy version the step may use; it holds
+  // no more than its assignment's `groups` (0 = any); the worker signed the body. Returns the
   // reject reason code and message, or nothing.
   std::optional<std::pair<std::string, std::string>> check_file(const SubmissionKey& key,
                                                                 int64_t groups,
                                                                 const rollout::RolloutFile& file,
                                                                 const std::string& where) {
     if (file.rows.empty()) return {{"empty_file", "schema: the file has no rows"}};
-    if (groups > 0) {  // the assignment's size: what its step's quota counted on
-      std::set<int32_t> indices;
-      for (const auto& r : file.rows) indices.insert(r.group_index);
-      const auto rows = static_cast<int64_t>(file.rows.size());
-      if (static_cast<int64_t>(indices.size()) > groups || rows > groups * opt.group_size) {
-        return {{"too_many_rows",
-                 fmt::format("upload: the file holds {} rows in {} groups; the assignment allows "
-                             "{} groups of {} (rl.group_size)",
-                             rows, indices.size(), groups, opt.group_size)}};
-      }
-    }
     const int64_t newest = state.policy_version();
     const int64_t oldest = key.step - opt.async_level;
     for (size_t i = 0; i < file.rows.size(); ++i) {
@@ -906,6 +895,17 @@ struct Server::Impl {
                                "version)",
                                i, v, oldest, newest, key.step, opt.async_level)}};
         }
+      }
+    }
+    if (groups > 0) {  // the assignment's size: what its step's quota counted on
+      std::set<int32_t> indices;
+      for (const auto& r : file.rows) indices.insert(r.group_index);
+      const auto rows = static_cast<int64_t>(file.rows.size());
+      if (static_cast<int64_t>(indices.size()) > groups || rows > groups * opt.group_size) {
+        return {{"too_many_rows",
+                 fmt::format("upload: the file holds {} rows in {} groups; the assignment allows "
+                             "{} groups of {} (rl.group_size)",
+                             rows, indices.size(), groups, opt.group_size)}};
       }
     }
     try {

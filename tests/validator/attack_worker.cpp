@@ -286,13 +286,15 @@ struct Attacker {
       bytes.resize(bytes.size() / 2);
       return bytes;
     } else if (attack == "replayed_file" || attack == "replayed_resigned") {
-      // An accepted file of another node, as it is or re-signed as this node's.
+      // An accepted file of another node, as it is or re-signed as this node's (as many of its
+      // groups as this node's work allows).
       for (int64_t s = step; s >= 0; --s) {
         for (const auto& f : client.accepted(s)) {
           if (f.node_address == identity.address()) continue;
           const std::string bytes = client.download(s, f.name);
           if (attack == "replayed_file") return bytes;
           auto replayed = rollout::decode_rollout_file(bytes, f.name).rows;
+          std::erase_if(replayed, [&](const auto& r) { return r.group_index >= assigned_groups; });
           for (auto& r : replayed) {
             r.node_address = identity.address();
             r.step = static_cast<int32_t>(step);
