@@ -8,8 +8,7 @@ namespace trellis::cli {
 
 void ComputeOverrides::add_to(CLI::App* cmd) {
   cmd->add_option("--device", device, "cpu | cuda (overrides compute.device)");
-  cmd->add_option("--dtype", dtype,
-                  "compute dtype: auto | bf16 | fp32 (overrides compute.dtype)");
+  cmd->add_option("--dtype", dtype, "compute dtype: auto | bf16 | fp32 (overrides compute.dtype)");
   cmd->add_option("--threads", threads,
                   "CPU threads for tensor math, 0 = every core (overrides compute.threads)")
       ->check(CLI::Range(0, 1 << 16));

@@ -56,7 +56,8 @@ Admission admit(const AdmissionRules& rules, const AdmissionSnapshot& snapshot,
           "generated (at most {}: orchestrator.max_backlog_steps x rl.batch_size)",
           snapshot.validating_samples, snapshot.open_groups * G, rules.max_backlog_samples));
     }
-    const auto needed = static_cast<int64_t>(std::ceil(short_by / (static_cast<double>(G) * ratio)));
+    const auto needed =
+        static_cast<int64_t>(std::ceil(short_by / (static_cast<double>(G) * ratio)));
     out.step = s;
     out.groups = std::max<int64_t>(1, std::min({needed, request.max_groups, room_groups}));
     return out;
@@ -68,8 +69,8 @@ Admission admit(const AdmissionRules& rules, const AdmissionSnapshot& snapshot,
     return wait(fmt::format("{}; step {} needs policy version {} (published: fetch it)", covered,
                             last + 1, last + 1 - rules.async_level));
   }
-  return wait(fmt::format("{}; step {} opens when the trainer publishes policy version {}",
-                          covered, last + 1, last + 1 - rules.async_level));
+  return wait(fmt::format("{}; step {} opens when the trainer publishes policy version {}", covered,
+                          last + 1, last + 1 - rules.async_level));
 }
 
 }  // namespace trellis::orchestrator

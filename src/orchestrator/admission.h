@@ -32,8 +32,8 @@ struct StepTally {
 
 // The state admission decides on (State::admission_snapshot).
 struct AdmissionSnapshot {
-  int64_t counter = 0;         // the step counter
-  int64_t policy_version = 0;  // the newest published version
+  int64_t counter = 0;                 // the step counter
+  int64_t policy_version = 0;          // the newest published version
   std::map<int64_t, StepTally> steps;  // steps >= counter with anything; absent = nothing yet
   // Signal samples per sample over recent uploads; 1 before the first (an optimistic guess costs
   // one more small assignment, a pessimistic one surplus).
@@ -60,7 +60,7 @@ struct WorkRequest {
 struct Admission {
   std::optional<int64_t> step;
   int64_t groups = 0;
-  std::string wait_reason;    // when !step
+  std::string wait_reason;  // when !step
   // It waits for the backlog bound while a whole step's worth waits for a verdict: validators
   // are behind.
   bool backlog_full = false;

@@ -32,7 +32,8 @@ namespace trellis::orchestrator {
 namespace {
 
 constexpr double kTokensWindowS = 60;  // rollout_tokens_per_s averages over this long
-// Validators are behind while work was held back for the backlog bound this recently.
+// Validators are behind while work was held back for the backlog bound this recently (and a
+// step's worth still waits for a verdict).
 constexpr double kBehindWindowS = 10;
 
 double now_s() {
@@ -439,10 +440,16 @@ struct Server::Impl {
               {"rejected", samples.at("rejected")},
               {"dropped", samples.at("dropped")}}},
             {"max_backlog_samples", max_backlog_samples()},
-            {"validators_behind", now_s() - backlog_full_at < kBehindWindowS},
+            {"validators_behind", validators_behind(samples.at("validating"))},
             {"judged_samples_per_s", judged_per_s()},
             {"rollout_tokens_per_s", tokens_per_s()},
             {"done", version >= opt.steps}};
+  }
+
+  // Work was held back for the backlog bound within the last kBehindWindowS while a step's worth
+  // waited for a verdict, and a step's worth still waits.
+  bool validators_behind(int64_t validating_samples) const {
+    return now_s() - backlog_full_at < kBehindWindowS && validating_samples >= opt.batch_size;
   }
 
   int64_t max_backlog_samples() const {
@@ -774,7 +781,8 @@ struct Server::Impl {
     } else {
       const AdmissionRules rules{opt.steps, opt.batch_size, opt.group_size, opt.async_level,
                                  opt.validation ? max_backlog_samples() : INT64_MAX};
-      const Admission a = admit(rules, state.admission_snapshot(opt.steps, opt.batch_size, now), ask);
+      const Admission a =
+          admit(rules, state.admission_snapshot(opt.steps, opt.batch_size, now), ask);
       if (!a.step) {
         if (a.backlog_full) backlog_full_at = now;
         reply_json(res, {{"work", nullptr}, {"reason", a.wait_reason}});
@@ -1068,12 +1076,11 @@ struct Server::Impl {
     std::lock_guard lock(decide_mu);
     const auto row = state.latest(key);
     if (!row || row->status != "validating") {
-      const std::string now_is =
-          !row                        ? "there is no such submission"
-          : row->status == "accepted" ? "it is accepted already"
-          : row->status == "rejected" || row->status == "dropped"
-              ? fmt::format("it was {}: {}", row->status, row->reason)
-              : "its file has not arrived";
+      const std::string now_is = !row                        ? "there is no such submission"
+                                 : row->status == "accepted" ? "it is accepted already"
+                                 : row->status == "rejected" || row->status == "dropped"
+                                     ? fmt::format("it was {}: {}", row->status, row->reason)
+                                     : "its file has not arrived";
       refuse(409, "not_validating",
              fmt::format("{} is not being validated: {}", describe(key), now_is.substr(0, 2000)));
     }

@@ -29,10 +29,11 @@ struct Status {
   // Samples by what became of them: generated (in every file a worker made, whatever became of
   // it), waiting for a verdict (the validation backlog), accepted, rejected, and dropped unjudged
   // (surplus of a step that filled first).
-  int64_t generated_samples = 0, validating_samples = 0, accepted_samples = 0,
-          rejected_samples = 0, dropped_samples = 0;
+  int64_t generated_samples = 0, validating_samples = 0, accepted_samples = 0, rejected_samples = 0,
+          dropped_samples = 0;
   int64_t max_backlog_samples = 0;  // no new work while the backlog and work in flight reach this
-  bool validators_behind = false;   // work was held back for that bound in the last 10 s
+  // Work was held back for that bound in the last 10 s, and a step's worth waits for a verdict.
+  bool validators_behind = false;
   double judged_samples_per_s = 0;  // samples validators decided on per second, last 60 s
   double rollout_tokens_per_s = 0;  // completion tokens accepted per second, last 60 s
   bool done = false;                // policy_version >= steps

@@ -336,10 +336,11 @@ class Worker {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<PolicyFetcher> fetcher_;  // after the engine: it stops first
   int64_t version_ = -1;
-  std::optional<orchestrator::Assignment> work_;  // what the orchestrator handed out, until uploaded
-  std::string wait_reason_;                       // why the orchestrator said wait, last time
-  double waited_for_work_ = 0;                    // since the last file
-  double generating_s_ = 0;  // in the engine and scoring since the last file
+  std::optional<orchestrator::Assignment>
+      work_;                    // what the orchestrator handed out, until uploaded
+  std::string wait_reason_;     // why the orchestrator said wait, last time
+  double waited_for_work_ = 0;  // since the last file
+  double generating_s_ = 0;     // in the engine and scoring since the last file
   engine::EngineStats last_file_stats_;
   // C3PO++ mode
   bool partial_ = false;

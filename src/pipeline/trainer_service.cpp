@@ -142,8 +142,9 @@ class TrainerService {
     m.set("samples/generated", static_cast<double>(status.generated_samples));
     m.set("samples/dropped", static_cast<double>(status.dropped_samples));
     m.set("validation/backlog_samples", static_cast<double>(status.validating_samples));
-    m.set("validation/backlog_steps", static_cast<double>(status.validating_samples) /
-                                          static_cast<double>(std::max<int64_t>(1, status.batch_size)));
+    m.set("validation/backlog_steps",
+          static_cast<double>(status.validating_samples) /
+              static_cast<double>(std::max<int64_t>(1, status.batch_size)));
     m.set("validation/judged_samples_per_s", status.judged_samples_per_s);
   }
 

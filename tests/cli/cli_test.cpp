@@ -64,10 +64,9 @@ TEST(Cli, VersionAndHelp) {
 // as overrides of [compute] (so `--device cuda` is never read as a CONFIG file), the others as
 // their own flags.
 TEST_F(CliModel, EveryCommandThatRunsAModelTakesDeviceDtypeAndThreads) {
-  for (const char* cmd :
-       {"generate", "serve", "eval", "filter", "sft", "rl", "run", "quickstart", "trainer",
-        "infer", "validate", "toploc verify", "bench train", "bench generate", "bench rollouts",
-        "bench validate"}) {
+  for (const char* cmd : {"generate", "serve", "eval", "filter", "sft", "rl", "run", "quickstart",
+                          "trainer", "infer", "validate", "toploc verify", "bench train",
+                          "bench generate", "bench rollouts", "bench validate"}) {
     const auto help = run_trellis(std::string(cmd) + " --help");
     EXPECT_EQ(help.status, 0) << cmd;
     for (const char* flag : {"--device", "--dtype", "--threads"})

@@ -210,8 +210,9 @@ TEST_F(OrchestratorApi, HandsOutWorkWithinTheVersionWindowAndEnforcesIt) {
                           test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 0, 1, 0}}, worker_)),
             "accepted");
   const test::FileSpec a2{"run-test", a.address(), 1, 1, 0};
-  EXPECT_EQ(client.submit(a.address(), 1, 1, test::signed_file(a2, {{0, 1, 0, 1}, {1, 0, 1, 0}}, a)),
-            "accepted");
+  EXPECT_EQ(
+      client.submit(a.address(), 1, 1, test::signed_file(a2, {{0, 1, 0, 1}, {1, 0, 1, 0}}, a)),
+      "accepted");
   EXPECT_EQ(client.status().step, 2);
   client.publish_version(2);
   client.publish_version(1);  // older: ignored
@@ -223,7 +224,9 @@ TEST_F(OrchestratorApi, HandsOutWorkWithinTheVersionWindowAndEnforcesIt) {
   const Assignment three = work(client, c, 2, 2);
   EXPECT_EQ(three.step, 3);
   const test::FileSpec stale{"run-test", c.address(), 3, 0, /*version=*/1};
-  e = test::error_of([&] { client.submit(c.address(), 3, 0, test::signed_file(stale, {{0, 1}}, c)); });
+  e = test::error_of([&] {
+    client.submit(c.address(), 3, 0, test::signed_file(stale, {{0, 1}}, c));
+  });
   EXPECT_CONTAINS(e, "policy version 1, outside [2, 2]");
   EXPECT_EQ(work(client, c, 2, 2).submission, 1);
   const test::FileSpec fresh{"run-test", c.address(), 3, 1, /*version=*/2};
@@ -262,8 +265,9 @@ TEST_F(OrchestratorApi, WorkCoversEachStepsShortfallAndNoMore) {
   // A file larger than its work would take more than the step's share: rejected at upload, and
   // the share goes back to the pool.
   const test::FileSpec fa{"run-test", a.address(), 0, 0, 0};
-  const std::string e = test::error_of(
-      [&] { client.submit(a.address(), 0, 0, test::signed_file(fa, {{0, 1}, {1, 0}}, a)); });
+  const std::string e = test::error_of([&] {
+    client.submit(a.address(), 0, 0, test::signed_file(fa, {{0, 1}, {1, 0}}, a));
+  });
   EXPECT_CONTAINS(e, "upload: the file holds 4 rows in 2 groups; the assignment allows 1 groups");
   const Assignment wd = work(client, worker_, 4);
   EXPECT_EQ(wd.step, 0);
@@ -272,8 +276,7 @@ TEST_F(OrchestratorApi, WorkCoversEachStepsShortfallAndNoMore) {
   // b's group has signal, worker_'s has none: step 0 is 4 signal samples short, and at half a
   // signal sample per sample so far it takes two groups to make them up.
   const test::FileSpec fb{"run-test", b.address(), 0, 0, 0};
-  EXPECT_EQ(client.submit(b.address(), 0, 0, test::signed_file(fb, {{1, 1, 0, 0}}, b)),
-            "accepted");
+  EXPECT_EQ(client.submit(b.address(), 0, 0, test::signed_file(fb, {{1, 1, 0, 0}}, b)), "accepted");
   const test::FileSpec fd{"run-test", worker_.address(), 0, wd.submission, 0};
   EXPECT_EQ(client.submit(worker_.address(), 0, wd.submission,
                           test::signed_file(fd, {{1, 1, 1, 1}}, worker_)),
@@ -477,14 +480,19 @@ TEST_F(OrchestratorApi, MalformedRequestsGet400NamingTheProblem) {
     return std::make_pair(res ? res->status : 0, error_text(res));
   };
   const std::string node = worker_.address(), sha = std::string(64, 'a');
-  const auto request = [&](const std::string& drop, const Json& replace = nullptr) {
-    Json j{{"node_address", node}, {"step", 0}, {"submission", 0}, {"sha256", sha}, {"size", 10}};
+  // `body` without `field`, or with `replace` in it.
+  const auto edited = [](Json body, const std::string& field, const Json& replace) {
     if (replace.is_null()) {
-      j.erase(drop);
+      body.erase(field);
     } else {
-      j[drop] = replace;
+      body[field] = replace;
     }
-    return j.dump();
+    return body.dump();
+  };
+  const auto request = [&](const std::string& field, const Json& replace = nullptr) {
+    return edited(
+        {{"node_address", node}, {"step", 0}, {"submission", 0}, {"sha256", sha}, {"size", 10}},
+        field, replace);
   };
   for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
            {"{not json", "not JSON"},
@@ -503,14 +511,8 @@ TEST_F(OrchestratorApi, MalformedRequestsGet400NamingTheProblem) {
     EXPECT_EQ(status, 400) << body;
     EXPECT_CONTAINS(error, message);
   }
-  const auto ask = [&](const std::string& drop, const Json& replace = nullptr) {
-    Json j{{"node_address", node}, {"policy_version", 0}, {"groups", 2}};
-    if (replace.is_null()) {
-      j.erase(drop);
-    } else {
-      j[drop] = replace;
-    }
-    return j.dump();
+  const auto ask = [&](const std::string& field, const Json& replace = nullptr) {
+    return edited({{"node_address", node}, {"policy_version", 0}, {"groups", 2}}, field, replace);
   };
   for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
            {"{}", "missing field 'node_address'"},

@@ -260,8 +260,7 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   const std::string evicted = "node " + worker_.address() + " was evicted: forged rollouts";
 
   // It cannot come back, ask for work or to upload, or use the URL it already holds.
-  EXPECT_CONTAINS(test::error_of([&] { trainer.request_work(worker_.address(), 0, 2); }),
-                  evicted);
+  EXPECT_CONTAINS(test::error_of([&] { trainer.request_work(worker_.address(), 0, 2); }), evicted);
   EXPECT_CONTAINS(test::error_of([&] { trainer.register_node(worker_); }), evicted);
   res = post("/nodes", registration(worker_, unix_now() + 2).dump(), "127.0.0.1");
   ASSERT_TRUE(res);

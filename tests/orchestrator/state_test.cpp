@@ -107,8 +107,7 @@ TEST(State, DecisionsSurviveAReopen) {
     // A rejected one is over: trying again takes new work, the next number.
     EXPECT_EQ(s.request(c, std::string(64, '6'), 60, 4, 1000, 121), "rejected");
     EXPECT_EQ(s.assign(1, c.node_address, 2, 1000, 122).key.submission, 1);
-    EXPECT_EQ(s.request({1, c.node_address, 1}, std::string(64, '6'), 60, 4, 1000, 123),
-              "pending");
+    EXPECT_EQ(s.request({1, c.node_address, 1}, std::string(64, '6'), 60, 4, 1000, 123), "pending");
   }
   State s(db, "another name");  // the run ID is fixed at the first start
   EXPECT_EQ(s.run_id(), "run-1");
@@ -122,11 +121,11 @@ TEST(State, DecisionsSurviveAReopen) {
   EXPECT_EQ(accepted[1].key.node_address, b.node_address);
   EXPECT_EQ(s.signal_samples_by_step(), (std::map<int64_t, int64_t>{{0, 4}}));
   EXPECT_EQ(s.count_by_status(), (std::map<std::string, int64_t>{{"accepted", 2},
-                                                                   {"assigned", 0},
-                                                                   {"dropped", 0},
-                                                                   {"pending", 1},
-                                                                   {"rejected", 1},
-                                                                   {"validating", 0}}));
+                                                                 {"assigned", 0},
+                                                                 {"dropped", 0},
+                                                                 {"pending", 1},
+                                                                 {"rejected", 1},
+                                                                 {"validating", 0}}));
   EXPECT_EQ(s.latest(c)->status, "rejected");
   EXPECT_EQ(s.latest({1, c.node_address, 1})->status, "pending");
   EXPECT_TRUE(s.is_accepted(a));
@@ -400,8 +399,7 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
 // steps that fill dropping their open work unjudged, samples by status and the validators' pace,
 // and validators claiming the lowest step first.
 TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
-  const auto dir =
-      fs::temp_directory_path() / ("trellis_state_work_" + std::to_string(::getpid()));
+  const auto dir = fs::temp_directory_path() / ("trellis_state_work_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const std::string x(64, 'a'), y(64, 'b'), z(64, 'c');
   State s(dir / "orchestrator.sqlite", "run-1");

@@ -70,8 +70,7 @@ class Validation : public ApiFixture {
     out.work = work(*trainer_, node, static_cast<int64_t>(groups.size()));
     out.bytes = file(node, static_cast<int32_t>(out.work.step),
                      static_cast<int32_t>(out.work.submission), groups);
-    out.status =
-        trainer_->submit(node.address(), out.work.step, out.work.submission, out.bytes);
+    out.status = trainer_->submit(node.address(), out.work.step, out.work.submission, out.bytes);
     return out;
   }
   static std::string name(const Identity& node, int64_t submission) {
@@ -595,9 +594,9 @@ TEST_F(Validation, SurplusOfAFilledStepIsDroppedUnjudged) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   const Assignment theirs = work(*trainer_, bystander_);
   for (const Assignment& w : {mine, slow, theirs}) EXPECT_EQ(w.step, 0);
-  EXPECT_EQ(trainer_->submit(worker_.address(), 0, 0,
-                             file(worker_, 0, 0, {{0, 1, 0, 1}, {1, 0, 1, 0}})),
-            "validating");
+  EXPECT_EQ(
+      trainer_->submit(worker_.address(), 0, 0, file(worker_, 0, 0, {{0, 1, 0, 1}, {1, 0, 1, 0}})),
+      "validating");
   EXPECT_EQ(trainer_->submit(bystander_.address(), 0, 0,
                              file(bystander_, 0, 0, {{0, 1, 0, 1}, {1, 0, 1, 0}})),
             "validating");
@@ -667,6 +666,7 @@ TEST_F(Validation, AFullBacklogHoldsWorkBackAndSaysValidatorsAreBehind) {
   EXPECT_EQ(w.groups, 2);
   s = trainer_->status();
   EXPECT_GT(s.judged_samples_per_s, 0);
+  EXPECT_FALSE(s.validators_behind) << "nothing waits for a verdict any more";
   // Work being generated counts toward the bound too, but is not validators being behind.
   trainer_->publish_version(1);  // step 2 opens
   const std::string reason = wait_reason(*trainer_, worker_, 2, 1);

@@ -324,7 +324,8 @@ struct Attacker {
     while (now_s() - t0 < 600) {
       const auto status = client.status();
       if (status.done) break;
-      if (version < status.step - status.async_level) fetch_policy(status.step - status.async_level);
+      if (version < status.step - status.async_level)
+        fetch_policy(status.step - status.async_level);
       const auto answer = client.request_work(identity.address(), version, max_groups);
       if (!answer.work) {
         last_error = answer.wait_reason;
@@ -341,12 +342,9 @@ struct Attacker {
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         continue;
       }
-      Json out = {{"attack", attack},
-                  {"node", identity.address()},
-                  {"step", work.step},
-                  {"submission", work.submission},
-                  {"groups", work.groups},
-                  {"version", version}};
+      Json out = {{"attack", attack},      {"node", identity.address()},
+                  {"step", work.step},     {"submission", work.submission},
+                  {"groups", work.groups}, {"version", version}};
       try {
         out["upload"] = client.submit(identity.address(), work.step, work.submission, file);
         if (out["upload"] != "dropped") return out;
