@@ -43,9 +43,15 @@ Admission admit(const AdmissionRules& rules, const AdmissionSnapshot& snapshot,
   for (int64_t s = snapshot.counter; s <= last; ++s) {
     const auto it = snapshot.steps.find(s);
     const StepTally tally = it == snapshot.steps.end() ? StepTally{} : it->second;
+    // A group brings G signal samples or none: a step whose open work is expected to come within
+    // half a group of its need is covered, and work is sized to the nearest whole number of
+    // groups. Rounding up instead would hand out a second group for most last shares, and drop it
+    // when the first one fills the step; a share that falls short is handed out again once the
+    // open work has arrived.
+    const double group_signal = static_cast<double>(G) * ratio;
     const double short_by =
         static_cast<double>(rules.batch_size) - expected_signal(tally, G, ratio);
-    if (short_by <= 0) continue;
+    if (short_by <= 0 || (tally.open_groups > 0 && short_by <= group_signal / 2)) continue;
     // The backlog bound: samples waiting for a verdict plus those being generated.
     const int64_t in_flight = snapshot.validating_samples + snapshot.open_groups * G;
     const int64_t room_groups = (rules.max_backlog_samples - in_flight) / G;
@@ -56,8 +62,7 @@ Admission admit(const AdmissionRules& rules, const AdmissionSnapshot& snapshot,
           "generated (at most {}: orchestrator.max_backlog_steps x rl.batch_size)",
           snapshot.validating_samples, snapshot.open_groups * G, rules.max_backlog_samples));
     }
-    const auto needed =
-        static_cast<int64_t>(std::ceil(short_by / (static_cast<double>(G) * ratio)));
+    const int64_t needed = std::llround(short_by / group_signal);
     out.step = s;
     out.groups = std::max<int64_t>(1, std::min({needed, request.max_groups, room_groups}));
     return out;

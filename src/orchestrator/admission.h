@@ -7,8 +7,9 @@
 // of its open assignments (handed out, file not yet uploaded, lease not expired): their groups ×
 // rl.group_size × the signal ratio of recent uploads. A worker asking for work gets the lowest step
 // from the step counter up to what its policy version allows (held version + async_level, and
-// never beyond the newest published version + async_level) whose quota is short, with just enough
-// groups to cover the shortfall (at most what it asked for). A rejected file leaves the quota, so
+// never beyond the newest published version + async_level) whose quota is short (by more than
+// half a group's expected signal while it has open work), with the number of groups nearest to
+// the shortfall (at least one, at most what it asked for). A rejected file leaves the quota, so
 // its share is handed out again. When every such step is covered, or the samples waiting for a
 // verdict or being generated reach orchestrator.max_backlog_steps steps' worth (with validators),
 // the worker waits.

@@ -31,7 +31,7 @@ TEST(Admission, TheLowestShortStepGetsGroupsForItsShortfall) {
   // ... 6 groups at a ratio of 0.5, of which the worker takes 4.
   s.signal_ratio = 0.5;
   EXPECT_EQ(admit(rules(), s, holding(0)).groups, 4);
-  EXPECT_EQ(admit(rules(), s, holding(0, 10)).groups, 5);  // ceil(20 / (8 x 0.5))
+  EXPECT_EQ(admit(rules(), s, holding(0, 10)).groups, 5);  // 20 / (8 x 0.5)
   // Open work counts at the ratio: 4 groups expected to bring 16 leave 4 short: one group.
   s.steps[0].open_groups = 4;
   EXPECT_EQ(admit(rules(), s, holding(0, 10)).groups, 1);
@@ -40,8 +40,37 @@ TEST(Admission, TheLowestShortStepGetsGroupsForItsShortfall) {
   s.steps[0] = {100, 0, 0};
   AdmissionRules unbounded = rules();
   unbounded.max_backlog_samples = INT64_MAX;
-  EXPECT_EQ(admit(unbounded, s, holding(0, 1000)).groups, 70);  // ceil(28 / (8 x 0.05))
+  EXPECT_EQ(admit(unbounded, s, holding(0, 1000)).groups, 70);  // 28 / (8 x 0.05)
   EXPECT_EQ(admit(rules(), s, holding(0, 1000)).groups, 32);    // the backlog bound's room
+}
+
+// A group brings its G samples as signal or none: open work expected to come within half a
+// group of the need covers a step, and work is the nearest whole number of groups.
+TEST(Admission, OpenWorkWithinHalfAGroupOfTheNeedCoversAStep) {
+  AdmissionSnapshot s;
+  s.signal_ratio = 0.9;  // a group is expected to bring 7.2 signal samples
+  // 8 short: one group, not two.
+  s.steps[0] = {120, 0, 0};
+  Admission a = admit(rules(), s, holding(0));
+  ASSERT_TRUE(a.step);
+  EXPECT_EQ(*a.step, 0);
+  EXPECT_EQ(a.groups, 1);
+  // Once it is out (0.8 short of the need), the step is covered.
+  s.steps[0].open_groups = 1;
+  EXPECT_EQ(*admit(rules(), s, holding(0)).step, 1);
+  // 8.8 short with work out: one more group.
+  s.steps[0] = {112, 0, 1};
+  a = admit(rules(), s, holding(0));
+  EXPECT_EQ(*a.step, 0);
+  EXPECT_EQ(a.groups, 1);
+  // With nothing out, any shortfall gets a group: the last share is never left behind.
+  s.steps[0] = {127, 0, 0};
+  a = admit(rules(), s, holding(0));
+  EXPECT_EQ(*a.step, 0);
+  EXPECT_EQ(a.groups, 1);
+  // 20 short: 2.8 groups' worth, 3 groups.
+  s.steps[0] = {108, 0, 0};
+  EXPECT_EQ(admit(rules(), s, holding(0)).groups, 3);
 }
 
 TEST(Admission, CoveredStepsAreSkippedWithinTheVersionWindow) {
