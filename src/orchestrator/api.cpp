@@ -416,8 +416,6 @@ struct Server::Impl {
   Json status() {
     const auto counts = state.count_by_status();
     const auto samples = state.samples_by_status();
-    int64_t generated = 0;
-    for (const auto& [status, n] : samples) generated += n;
     const int64_t version = state.policy_version();
     return {{"run_id", state.run_id()},
             {"step", step_counter_now()},
@@ -434,7 +432,7 @@ struct Server::Impl {
             {"rejected", counts.at("rejected")},
             {"dropped", counts.at("dropped")},
             {"samples",
-             {{"generated", generated},
+             {{"generated", generated_samples(samples)},
               {"validating", samples.at("validating")},
               {"accepted", samples.at("accepted")},
               {"rejected", samples.at("rejected")},
@@ -450,6 +448,14 @@ struct Server::Impl {
   // waited for a verdict, and a step's worth still waits.
   bool validators_behind(int64_t validating_samples) const {
     return now_s() - backlog_full_at < kBehindWindowS && validating_samples >= opt.batch_size;
+  }
+
+  // Samples of every file a worker made (State::samples_by_status: work not yet uploaded holds
+  // none), whatever became of it.
+  static int64_t generated_samples(const std::map<std::string, int64_t>& by_status) {
+    int64_t n = 0;
+    for (const auto& [status, samples] : by_status) n += samples;
+    return n;
   }
 
   int64_t max_backlog_samples() const {
@@ -490,13 +496,13 @@ struct Server::Impl {
         "# HELP trellis_orchestrator_samples samples by the status of their file (generated = "
         "the sum)\n"
         "# TYPE trellis_orchestrator_samples gauge\n";
-    int64_t generated = 0;
-    for (const auto& [status, n] : state.samples_by_status()) {
-      generated += n;
+    const auto samples = state.samples_by_status();
+    for (const auto& [status, n] : samples) {
       if (status != "assigned")
         out += fmt::format("trellis_orchestrator_samples{{status=\"{}\"}} {}\n", status, n);
     }
-    out += fmt::format("trellis_orchestrator_samples{{status=\"generated\"}} {}\n", generated);
+    out += fmt::format("trellis_orchestrator_samples{{status=\"generated\"}} {}\n",
+                       generated_samples(samples));
     gauge("trellis_orchestrator_judged_samples_per_second",
           "samples validators accepted or rejected per second over the last 60 s",
           fmt::format("{}", judged_per_s()));
@@ -583,13 +589,11 @@ struct Server::Impl {
     const std::string where = "GET /submissions";
     require_trainer(req, where);
     const std::string status = req.get_param_value("status");
-    static const std::set<std::string> kStatuses = {"assigned", "pending",  "validating",
-                                                    "accepted", "rejected", "dropped"};
-    if (!status.empty() && !kStatuses.count(status)) {
+    const auto& statuses = submission_statuses();
+    if (!status.empty() && std::find(statuses.begin(), statuses.end(), status) == statuses.end()) {
       refuse(400, "malformed_request",
-             fmt::format("query parameter 'status' must be assigned, pending, validating, "
-                         "accepted, rejected or dropped, got '{}' ({})",
-                         status.substr(0, 100), where));
+             fmt::format("query parameter 'status' must be {}, got '{}' ({})",
+                         fmt::join(statuses, ", "), status.substr(0, 100), where));
     }
     std::optional<int64_t> step;
     if (req.has_param("step")) {
@@ -753,6 +757,13 @@ struct Server::Impl {
     }
   }
 
+  // 409 for a rejected or dropped submission: it is over, and the node asks for new work.
+  [[noreturn]] void refuse_closed(const Submission& row) {
+    refuse(409, row.status,
+           fmt::format("{} was {}: ask POST /work for new work ({})", describe(row.key), row.status,
+                       row.reason.substr(0, 2000)));
+  }
+
   // 403 when `address` is an evicted node.
   void refuse_evicted(const std::string& address) {
     if (const auto n = state.node(address); n && n->evicted) {
@@ -844,12 +855,7 @@ struct Server::Impl {
     if (open == "validating") {
       refuse(409, "in_validation", fmt::format("{} is being validated", what));
     }
-    if (open != "pending") {  // rejected or dropped: the way on, and why
-      const auto row = state.latest(key);
-      refuse(409, open,
-             fmt::format("{} was {}: ask POST /work for new work ({})", what, open,
-                         row ? row->reason.substr(0, 2000) : ""));
-    }
+    if (open != "pending") refuse_closed(*state.latest(key));  // rejected or dropped
     const int64_t expires = static_cast<int64_t>(now_s()) + opt.url_ttl_s;
     const std::string path =
         fmt::format("/upload/step_{}/{}", key.step,
@@ -942,9 +948,7 @@ struct Server::Impl {
       if (latest && latest->status == "validating")
         refuse(409, "in_validation", what + " is being validated");
       if (latest && (latest->status == "dropped" || latest->status == "rejected")) {
-        refuse(409, latest->status,
-               fmt::format("{} was {}: ask POST /work for new work ({})", what, latest->status,
-                           latest->reason.substr(0, 2000)));
+        refuse_closed(*latest);
       }
       refuse(409, "not_pending",
              fmt::format("{} has no pending request (ask for an upload URL with POST /submissions)",

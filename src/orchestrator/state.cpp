@@ -137,6 +137,12 @@ class Stmt {
     const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, col));
     return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(st_, col))) : "";
   }
+  // Every remaining row, as submissions (a query of kColumns).
+  std::vector<Submission> submissions() {
+    std::vector<Submission> out;
+    while (step()) out.push_back(submission());
+    return out;
+  }
   Submission submission() {
     Submission s;
     s.id = i64(0);
@@ -277,6 +283,12 @@ void State::migrate(const std::string& from_version) {
   exec("DROP TABLE submissions; ALTER TABLE submissions_v3 RENAME TO submissions;");
   exec(kIndexes);
   set_meta("schema_version", kSchemaVersion);
+}
+
+const std::vector<std::string>& submission_statuses() {
+  static const std::vector<std::string> kStatuses = {"assigned", "pending",  "validating",
+                                                     "accepted", "rejected", "dropped"};
+  return kStatuses;
 }
 
 std::string eviction_message(const Node& node) {
@@ -676,28 +688,25 @@ Rejection State::reject_validated(const SubmissionKey& key, const std::string& r
 }
 
 std::vector<Submission> State::close_full_steps(int64_t batch_size, double now) {
+  constexpr const char* kOpenInFullSteps =
+      "status IN ('assigned', 'pending', 'validating') AND step IN (SELECT step FROM submissions "
+      "WHERE status = 'accepted' GROUP BY step HAVING SUM(signal_samples) >= ?)";
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
-  Stmt find(db_,
-            fmt::format("SELECT {} FROM submissions WHERE status IN ('assigned', 'pending', "
-                        "'validating') AND step IN (SELECT step FROM submissions WHERE status = "
-                        "'accepted' GROUP BY step HAVING SUM(signal_samples) >= ?) ORDER BY id",
-                        kColumns),
-            path_);
+  Stmt find(
+      db_,
+      fmt::format("SELECT {} FROM submissions WHERE {} ORDER BY id", kColumns, kOpenInFullSteps),
+      path_);
   find.bind(batch_size);
-  std::vector<Submission> out;
-  while (find.step()) out.push_back(find.submission());
-  for (const Submission& s : out) {
-    Stmt drop(db_,
-              "UPDATE submissions SET status = 'dropped', reason = ?, decided_at = ? WHERE id = ?",
-              path_);
-    drop.bind(fmt::format("step {} closed: its accepted files hold the {} signal samples it "
-                          "needs, so this one was not judged (surplus, not the node's fault)",
-                          s.key.step, batch_size))
-        .bind(now)
-        .bind(s.id)
-        .step();
-  }
+  std::vector<Submission> out = find.submissions();
+  Stmt drop(db_,
+            fmt::format("UPDATE submissions SET status = 'dropped', reason = 'step ' || step || ' "
+                        "closed: its accepted files hold the ' || ?1 || ' signal samples it "
+                        "needs, so this one was not judged (surplus, not the node''s fault)', "
+                        "decided_at = ?2 WHERE {}",
+                        kOpenInFullSteps),
+            path_);
+  drop.bind(batch_size).bind(now).bind(batch_size).step();
   tx.commit();
   return out;
 }
@@ -710,9 +719,7 @@ std::vector<Submission> State::submissions(const std::string& status, std::optio
                      kColumns),
          path_);
   q.bind(status).bind(step.value_or(-1));
-  std::vector<Submission> out;
-  while (q.step()) out.push_back(q.submission());
-  return out;
+  return q.submissions();
 }
 
 std::vector<Submission> State::accepted(int64_t step) {
@@ -723,9 +730,7 @@ std::vector<Submission> State::accepted(int64_t step) {
                      kColumns),
          path_);
   q.bind(step);
-  std::vector<Submission> out;
-  while (q.step()) out.push_back(q.submission());
-  return out;
+  return q.submissions();
 }
 
 std::map<int64_t, int64_t> State::signal_samples_by_step() {
@@ -743,8 +748,8 @@ namespace {
 
 // Every status, each present with 0 until counted.
 std::map<std::string, int64_t> per_status(sqlite3* db, const char* sql, const std::string& where) {
-  std::map<std::string, int64_t> out{{"assigned", 0}, {"pending", 0},  {"validating", 0},
-                                     {"accepted", 0}, {"rejected", 0}, {"dropped", 0}};
+  std::map<std::string, int64_t> out;
+  for (const std::string& status : submission_statuses()) out[status] = 0;
   Stmt q(db, sql, where);
   while (q.step()) out[q.text(0)] = q.i64(1);
   return out;

@@ -75,6 +75,9 @@ struct Node {
   std::string last_rejection;  // "step <s> submission <k>: <the reason>" of the newest one
 };
 
+// Every submission status, in lifecycle order (the database's CHECK constraint lists the same).
+const std::vector<std::string>& submission_statuses();
+
 // Why `node` is refused: "node <address> was evicted: <reason>".
 std::string eviction_message(const Node& node);
 

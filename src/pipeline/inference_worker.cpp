@@ -172,18 +172,13 @@ class Worker {
       answer = client_.request_work(identity_->address(), version_, groups_per_submission_);
     } catch (const Error& e) {
       log::warn("{}", e.what());
-      waited_for_work_ += now_s() - t0 + poll_s_;
-      return false;
     }
-    if (!answer.work) {
-      if (answer.wait_reason != wait_reason_) log::debug("waiting: {}", answer.wait_reason);
-      wait_reason_ = answer.wait_reason;
-      waited_for_work_ += now_s() - t0 + poll_s_;
-      return false;
-    }
-    wait_reason_.clear();
+    if (answer.wait_reason != wait_reason_ && !answer.wait_reason.empty())
+      log::debug("waiting: {}", answer.wait_reason);
+    wait_reason_ = answer.wait_reason;
     work_ = answer.work;
-    return true;
+    if (!work_) waited_for_work_ += now_s() - t0 + poll_s_;
+    return work_.has_value();
   }
 
   // Plain mode: the assignment's groups, drawn for (step, submission), generated to the end.
