@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
-# Fuzzes the rollout-file reader (fuzz/rollout_reader_fuzz.cpp) with libFuzzer, ASan and UBSan.
+# Builds and runs the libFuzzer targets in fuzz/ (ASan + UBSan), one per parser of untrusted bytes.
 #
-#   scripts/fuzz.sh [SECONDS]     (default 60)
+#   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each; no TARGET = all of them)
 #
-# Builds build-fuzz/rollout_reader_fuzz with clang++ (clang and libclang-rt-14-dev, installed by
-# scripts/setup.sh) from the sources of src/rollout and the src/common files they need, then runs
-# it on a copy of the seed corpus fuzz/corpus/rollout_reader/ (new inputs go to
-# build-fuzz/corpus, crashes to build-fuzz/crash-*). Exits non-zero if the fuzzer finds a crash.
+# Targets: rollout_reader safetensors tokenizer manifest proof config json (fuzz/<name>_fuzz.cpp,
+# docs/fuzzing.md). Each is linked from just the sources it needs; every source is compiled once
+# into build-fuzz/obj/ (with clang++, from clang and libclang-rt-14-dev, which scripts/setup.sh
+# installs) and shared between targets. Each target runs for SECONDS on its seeds
+# fuzz/corpus/<name>/ plus what earlier runs found (build-fuzz/corpus/<name>/); a crash is saved as
+# build-fuzz/crashes/<name>-crash-*. Prints the executions of each target; exits non-zero if any
+# target crashed (every target still runs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_TO_RUN="${1:-60}"
+shift || true
+ALL=(rollout_reader safetensors tokenizer manifest proof config json)
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
 OUT="$ROOT/build-fuzz"
-mkdir -p "$OUT/obj" "$OUT/corpus"
+mkdir -p "$OUT/obj" "$OUT/corpus" "$OUT/crashes" "$OUT/logs"
 
 CXX="${CXX_FUZZ:-}"
 if [ -z "$CXX" ]; then
@@ -21,27 +28,99 @@ if [ -z "$CXX" ]; then
 fi
 [ -n "$CXX" ] || { echo "fuzz.sh: clang++ not found; run scripts/setup.sh" >&2; exit 1; }
 
+# toml++ header-only, so that its parser is instrumented too; its internal asserts off, as in the
+# Debian library the build links (3.3.0 asserts on `[!`, which the library reports as an error).
 FLAGS=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
-       -fno-sanitize-recover=undefined -I"$ROOT/src" $(pkg-config --cflags thrift libzstd))
-SOURCES=("$ROOT"/src/rollout/parquet/*.cpp "$ROOT/src/rollout/rollout_file.cpp"
-         "$ROOT/src/rollout/rollout_record.cpp" "$ROOT/src/common/files.cpp")
+       -fno-sanitize-recover=undefined -DTOML_HEADER_ONLY=1 "-DTOML_ASSERT(expr)=((void)0)"
+       -I"$ROOT/src"
+       $(pkg-config --cflags thrift libzstd libpcre2-8 icu-uc libsodium))
 
-# Compile each source once (in parallel), then link with the fuzzer's main.
-objects=()
-pids=()
-for src in "${SOURCES[@]}" "$ROOT/fuzz/rollout_reader_fuzz.cpp"; do
-  obj="$OUT/obj/$(basename "${src%.cpp}").o"
-  objects+=("$obj")
-  if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ] || [ -n "$(find "$ROOT/src/rollout" "$ROOT/src/common" -name '*.h' -newer "$obj" -print -quit)" ]; then
-    "$CXX" "${FLAGS[@]}" -c "$src" -o "$obj" &
-    pids+=($!)
+# The sources (under src/) and libraries of each target.
+sources_of() {
+  case "$1" in
+    rollout_reader)
+      (cd "$ROOT/src" && ls rollout/parquet/*.cpp)
+      echo rollout/rollout_file.cpp rollout/rollout_record.cpp common/files.cpp \
+        common/hashing.cpp common/identity.cpp ;;
+    safetensors) echo model/safetensors.cpp common/json.cpp common/files.cpp ;;
+    tokenizer) echo model/tokenizer.cpp common/json.cpp common/files.cpp ;;
+    manifest)
+      echo shardcast/manifest.cpp common/json.cpp common/files.cpp common/identity.cpp \
+        common/hashing.cpp ;;
+    proof) echo toploc/proof.cpp toploc/polynomial.cpp toploc/topk.cpp toploc/verify.cpp ;;
+    config) echo common/config.cpp common/default_config.cpp common/files.cpp ;;
+    json) echo common/json.cpp common/files.cpp ;;
+    *) echo "fuzz.sh: unknown target '$1' (targets: ${ALL[*]})" >&2; return 1 ;;
+  esac
+}
+libs_of() {
+  case "$1" in
+    rollout_reader) pkg-config --libs thrift libzstd libsodium ;;
+    tokenizer) pkg-config --libs libpcre2-8 icu-uc ;;
+    manifest) pkg-config --libs libsodium ;;
+  esac
+}
+
+# An object is rebuilt when its source or a header it includes (from its .d file) is newer.
+obj_of() { local rel="${1#"$ROOT"/}"; echo "$OUT/obj/${rel//\//_}.o"; }
+stale() {
+  [ -f "$2" ] && [ -f "$2.d" ] || return 0
+  local dep
+  for dep in $(sed -e 's/^[^:]*://' -e 's/\\$//' "$2.d"); do
+    [ "$dep" -nt "$2" ] && return 0
+  done
+  return 1
+}
+
+declare -A wanted=()
+for t in "${TARGETS[@]}"; do
+  srcs=$(sources_of "$t") || exit 1
+  for s in $srcs; do wanted["$ROOT/src/$s"]=1; done
+  wanted["$ROOT/fuzz/${t}_fuzz.cpp"]=1
+done
+# Compile in parallel; a failed compile removes its object, so that the link below stops.
+jobs_max=$(nproc)
+compile_failed=0
+for src in "${!wanted[@]}"; do
+  obj=$(obj_of "$src")
+  if stale "$src" "$obj"; then
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || compile_failed=1; done
+    ("$CXX" "${FLAGS[@]}" -MMD -MF "$obj.d" -c "$src" -o "$obj" || { rm -f "$obj"; exit 1; }) &
   fi
 done
-for p in "${pids[@]}"; do wait "$p"; done
-"$CXX" -fsanitize=fuzzer,address,undefined "${objects[@]}" -o "$OUT/rollout_reader_fuzz" \
-  $(pkg-config --libs thrift libzstd) -lfmt
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || compile_failed=1; done
+wait
+[ "$compile_failed" -eq 0 ] || { echo "fuzz.sh: compilation failed" >&2; exit 1; }
 
-echo "fuzz.sh: running for ${SECONDS_TO_RUN}s"
-cd "$OUT"
-./rollout_reader_fuzz -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -rss_limit_mb=4096 \
-  -timeout=20 -print_final_stats=1 corpus "$ROOT/fuzz/corpus/rollout_reader"
+for t in "${TARGETS[@]}"; do
+  objects=("$(obj_of "$ROOT/fuzz/${t}_fuzz.cpp")")
+  for s in $(sources_of "$t"); do objects+=("$(obj_of "$ROOT/src/$s")"); done
+  "$CXX" -fsanitize=fuzzer,address,undefined "${objects[@]}" -o "$OUT/${t}_fuzz" \
+    $(libs_of "$t") -lfmt
+done
+
+failed=()
+summary=()
+for t in "${TARGETS[@]}"; do
+  mkdir -p "$OUT/corpus/$t"
+  echo "fuzz.sh: running $t for ${SECONDS_TO_RUN}s"
+  log="$OUT/logs/$t.log"
+  rc=0
+  (cd "$OUT" && "./${t}_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 \
+    -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 -artifact_prefix="crashes/$t-" \
+    "corpus/$t" "$ROOT/fuzz/corpus/$t") >"$log" 2>&1 || rc=$?
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  if [ "$rc" -ne 0 ]; then
+    failed+=("$t")
+    grep -E "ERROR: |runtime error|SUMMARY|Test unit written" "$log" | head -8 >&2 || true
+    summary+=("$t: FAILED (exit $rc, log $log)")
+  else
+    summary+=("$t: ${execs:-?} executions, ${rate:-?}/s")
+  fi
+done
+printf 'fuzz.sh: %s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: crashes in: ${failed[*]}" >&2
+  exit 1
+fi

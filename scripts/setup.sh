@@ -17,7 +17,7 @@ PACKAGES=(
   libthrift-dev libboost-dev libzstd-dev      # Parquet rollout files: footer metadata, pages
   libsqlite3-dev                              # the orchestrator's state
   clang libclang-rt-14-dev                    # libFuzzer for the rollout-file reader's fuzz target
-  bubblewrap python3                          # the code environment's sandbox and interpreter
+  bubblewrap python3 libseccomp-dev           # the code sandbox (bwrap + seccomp) and interpreter
   libgtest-dev
 )
 # Node.js runs the reference implementations in tests/interop (HF tokenizers). A node/npm already on

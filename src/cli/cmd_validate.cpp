@@ -1,4 +1,6 @@
-// `trellis validate CONFIG`: the trusted validator role (validator/service.h), and
+// `trellis validate CONFIG`: the trusted validator role (validator/service.h);
+// `trellis validate --file F --model DIR CONFIG`: the verdict the service would give one file,
+// offline (validator::Validator, the same checks), every reason printed; and
 // `trellis toploc verify`: the model checks of a rollout file offline, every row against one model.
 #include <cstdio>
 #include <filesystem>
@@ -7,12 +9,14 @@
 #include "cli/run_flags.h"
 #include "cli/stop_signal.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "model/checkpoint.h"
 #include "model/prompting.h"
 #include "rollout/rollout_file.h"
 #include "validator/file_checks.h"
 #include "validator/sample_checks.h"
 #include "validator/service.h"
+#include "validator/validator.h"
 
 namespace trellis::cli {
 namespace {
@@ -82,16 +86,103 @@ int toploc_verify(const VerifyFlags& flags) {
   return failed == 0 && average_ok ? 0 : 1;
 }
 
+// `trellis validate --file`: what the file says it is, unless a flag says otherwise.
+struct OfflineFlags {
+  std::string file, model, run_id, node;
+  int64_t step = -1, submission = -1, policy_version = -1;  // -1: from the file
+};
+
+// The submission the file claims to be: run, node, step and submission of its first row, and the
+// newest policy version any of its tokens claims (every row is then checked against them).
+validator::Expected expected_of(const std::string& bytes, const OfflineFlags& flags) {
+  validator::Expected e;
+  try {
+    const auto file = rollout::decode_rollout_file(bytes, flags.file);
+    if (!file.rows.empty()) {
+      const auto& r = file.rows.front();
+      e = {r.run_id, r.node_address, r.step, r.submission, 0};
+      for (const auto& row : file.rows)
+        for (int32_t v : row.token_versions)
+          e.policy_version = std::max<int64_t>(e.policy_version, v);
+    }
+  } catch (const std::exception&) {
+    // validate() reports why the file does not decode.
+  }
+  if (!flags.run_id.empty()) e.run_id = flags.run_id;
+  if (!flags.node.empty()) e.node_address = flags.node;
+  if (flags.step >= 0) e.step = flags.step;
+  if (flags.submission >= 0) e.submission = flags.submission;
+  if (flags.policy_version >= 0) e.policy_version = flags.policy_version;
+  return e;
+}
+
+// The verdict on one file with `flags.model` as every policy version it claims. Prints it with
+// every finding; returns the exit status: 0 accepted, 1 rejected, 2 cannot judge.
+int validate_file(const Config& config, const OfflineFlags& flags) {
+  const model::Compute compute = setup_compute(config);
+  auto model = model::load_transformer(flags.model, compute);
+  const auto prompting = model::Prompting::load(flags.model, model->config());
+  const validator::ModelOf model_of = [&](int64_t) -> model::Transformer& { return *model; };
+  validator::Validator validator(
+      config, prompting, model_of,
+      {model->config().vocab_size, model->config().max_position_embeddings});
+  const std::string bytes = read_file(flags.file);
+  const auto expected = expected_of(bytes, flags);
+  std::printf("%s: run %s, node %s, step %lld, submission %lld, policy version %lld\n",
+              flags.file.c_str(), expected.run_id.c_str(), expected.node_address.c_str(),
+              static_cast<long long>(expected.step), static_cast<long long>(expected.submission),
+              static_cast<long long>(expected.policy_version));
+  validator::Report report;
+  try {
+    report = validator.validate(bytes, expected);
+  } catch (const validator::CannotJudge& e) {
+    std::printf("cannot judge: %s\n", e.what());
+    return 2;
+  }
+  for (const auto& f : report.findings) std::printf("  %s\n", f.text().c_str());
+  std::printf("%s: %s\n", report.accepted ? "accepted" : "rejected", report.summary().c_str());
+  std::fflush(stdout);
+  return report.accepted ? 0 : 1;
+}
+
 }  // namespace
 
 void add_validate_commands(CLI::App& app) {
   static RunFlags validate_flags;
+  static OfflineFlags offline;
   auto* validate = app.add_subcommand(
       "validate",
       "Validator: check each submission (schema, data sampling, rewards, TOPLOC, sampling) and "
       "post accept or reject to the orchestrator");
   add_run_flags(validate, validate_flags);
+  validate
+      ->add_option("--file", offline.file,
+                   "judge this rollout file offline (no orchestrator): print the verdict a "
+                   "validator would give it and every reason; exit status 0 accept, 1 reject")
+      ->check(CLI::ExistingFile);
+  validate
+      ->add_option("--model", offline.model,
+                   "with --file: the policy every version of the file is checked against (a model "
+                   "directory)")
+      ->check(CLI::ExistingDirectory);
+  validate->add_option("--run-id", offline.run_id, "with --file: the run (default: the file's)");
+  validate->add_option("--node", offline.node,
+                       "with --file: the node address that must have signed it (default: the "
+                       "file's)");
+  validate->add_option("--step", offline.step, "with --file: the step (default: the file's)");
+  validate->add_option("--submission", offline.submission,
+                       "with --file: the submission number (default: the file's)");
+  validate->add_option("--policy-version", offline.policy_version,
+                       "with --file: the newest published policy version (default: the newest "
+                       "the file claims)");
   validate->callback([] {
+    if (!offline.file.empty()) {
+      if (offline.model.empty())
+        fail("--model", "`trellis validate --file` needs the policy's model directory");
+      const int status = validate_file(validate_flags.resolve(), offline);
+      if (status != 0) std::exit(status);
+      return;
+    }
     const Config config = validate_flags.resolve();
     const auto& stop = stop_requested();
     const model::Compute compute = setup_compute(config);

@@ -52,6 +52,23 @@ Config Config::resolve(const std::vector<std::filesystem::path>& files,
   return c;
 }
 
+namespace {
+
+// An unknown key's error; keys that were removed say what replaced them.
+[[noreturn]] void unknown_key(const std::string& key, const std::string& where) {
+  if (key == "orchestrator.trainer_token" || key == "orchestrator.validator_token") {
+    throw Error(fmt::format("config key '{}' was removed: tokens are secrets and never live in "
+                            "configs; the orchestrator creates them in files of mode 0600 under "
+                            "orchestrator.secrets_dir (or set TRELLIS_TRAINER_TOKEN / "
+                            "TRELLIS_VALIDATOR_TOKEN), see docs/security.md",
+                            key),
+                where);
+  }
+  throw Error("unknown config key '" + key + "'", where);
+}
+
+}  // namespace
+
 void Config::merge_file(const std::filesystem::path& path) {
   merge_toml(read_file(path), path.string());
 }
@@ -65,7 +82,7 @@ void Config::merge_table(const toml::table& src, const std::string& prefix,
   for (const auto& [k, v] : src) {
     std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     const toml::node* existing = table_.at_path(key).node();
-    if (existing == nullptr) throw Error("unknown config key '" + key + "'", where);
+    if (existing == nullptr) unknown_key(key, where);
     if (existing->is_table()) {
       if (!v.is_table()) throw Error("config key '" + key + "' must be a table", where);
       merge_table(*v.as_table(), key, where);
@@ -107,7 +124,7 @@ void Config::apply_override(std::string_view assignment) {
   std::string key(assignment.substr(0, eq));
   std::string value(assignment.substr(eq + 1));
   const toml::node* existing = table_.at_path(key).node();
-  if (existing == nullptr) throw Error("unknown config key '" + key + "'", where);
+  if (existing == nullptr) unknown_key(key, where);
   // Strings may be given bare (--set model.path=/tmp/m); everything else is a TOML value.
   std::string literal = value;
   if (existing->is_string() && (value.empty() || value.front() != '"')) {

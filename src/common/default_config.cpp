@@ -86,9 +86,9 @@ url = ""                # where the trainer and workers reach it; "" = http://<h
 data_dir = ""           # orchestrator.sqlite, rollouts/, validating/, rejected/; "" = the run directory
 url_ttl_s = 600         # lifetime of a signed upload URL, seconds
 max_upload_mib = 256    # larger uploads are refused
-trainer_token = ""      # bearer token to publish versions, evict nodes, list nodes and submissions; "" = none
+secrets_dir = ""        # trainer.token and validator.token (mode 0600, created on first start; or TRELLIS_TRAINER_TOKEN / TRELLIS_VALIDATOR_TOKEN); "" = <data_dir>/secrets
+signature_window_s = 60  # a node's signed request is refused when its timestamp is further than this from the orchestrator's clock
 validation = true       # uploads that pass the orchestrator's checks wait for a validator's verdict (`trellis validate`); false = accepted at once (no validators)
-validator_token = ""    # bearer token validators send to claim, download and decide; "" = open
 validation_lease_s = 120  # a claimed submission goes back to the queue when no verdict comes within this
 evict_on_reject = true  # a node whose submission a validator rejects is evicted
 work_lease_s = 600      # work handed to a worker holds its step's quota this long (admission control)
@@ -124,6 +124,9 @@ max_logprob_error = 0.05  # mean |behaviour log-prob - the policy's| per complet
 eos_min_prob = 0.0      # > 0: a completion may end on a stop token only where its probability is above
                         # this (spec: 0.1); 0 = off: verifiable sampling already checks the stop token
                         # exactly, and a floor rejects honest samples of an unlikely stop (docs/validation.md)
+max_file_seconds = 100.0  # a file whose checks take longer is rejected ("time budget"; policy downloads not counted); 0 = no limit
+max_file_rows = 4096    # a file with more rows is rejected (an honest one holds infer.groups_per_submission x rl.group_size)
+max_reward_checks = 64  # completions per file whose reward the verifier recomputes: a random sample the worker cannot predict
 
 [shardcast]             # checkpoint broadcast: trainer (origin) -> relays -> workers (specs/shardcast.md)
 relays = 1              # `trellis run`: relays to start; 0 = workers fetch from the trainer's origin

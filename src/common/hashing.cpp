@@ -47,6 +47,20 @@ std::string Sha256Stream::hex() {
   return to_hex({reinterpret_cast<const char*>(out.data()), out.size()});
 }
 
+std::string random_hex(size_t bytes) {
+  static const bool ready = sodium_init() >= 0;  // idempotent; seeds the generator
+  if (!ready) throw Error("libsodium failed to initialise", "random_hex");
+  std::string raw(bytes, '\0');
+  randombytes_buf(raw.data(), raw.size());
+  return to_hex(raw);
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  // Compare hashes, so that the time depends on neither length nor contents.
+  const Sha256 ha = sha256(a), hb = sha256(b);
+  return sodium_memcmp(ha.data(), hb.data(), ha.size()) == 0;
+}
+
 std::string to_hex(std::string_view bytes) {
   static const char* digits = "0123456789abcdef";
   std::string out;

@@ -1,5 +1,5 @@
 // SHA-256 (libsodium): file hashes for submissions and checkpoint manifests, seeds for fixed data
-// sampling, and HMACs for the orchestrator's signed upload URLs.
+// sampling, HMACs for the orchestrator's signed upload URLs; random secrets and their comparison.
 #pragma once
 
 #include <array>
@@ -29,6 +29,10 @@ class Sha256Stream {
 };
 
 std::string to_hex(std::string_view bytes);
+// `bytes` random bytes from the operating system's CSPRNG, hex (tokens, nonces, run IDs).
+std::string random_hex(size_t bytes);
+// Whether `a` and `b` are equal, in time that depends on neither's contents (secrets: tokens).
+bool constant_time_equal(std::string_view a, std::string_view b);
 // Error naming `where` unless `hex` is an even number of hex digits.
 std::string from_hex(std::string_view hex, const std::string& where);
 

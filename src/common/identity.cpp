@@ -69,29 +69,42 @@ bool create_key_file(const std::filesystem::path& path, const std::string& text)
 
 }  // namespace
 
+std::string load_or_create_secret(const std::filesystem::path& file,
+                                  const std::function<std::string()>& fresh) {
+  const std::string where = file.string();
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) {
+    if (errno != ENOENT) fail(where, "cannot read the secret file: {}", errno_text());
+    std::string text = fresh() + "\n";
+    create_key_file(file, text);  // when another process won the race, load its secret
+    sodium_memzero(text.data(), text.size());
+    if (::stat(file.c_str(), &st) != 0)
+      fail(where, "cannot read the secret file: {}", errno_text());
+  }
+  if (!S_ISREG(st.st_mode)) fail(where, "the secret file is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    fail(where,
+         "the secret file is accessible to other users (mode {:04o}); its secret may have leaked. "
+         "Run `chmod 600 {}` if it is safe to keep, or delete it to create a new one",
+         st.st_mode & 07777, where);
+  }
+  if (st.st_size > 4096)
+    fail(where, "the secret file is {} bytes; a secret has at most 4096", st.st_size);
+  std::string text = read_file(file);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  return text;
+}
+
 Identity Identity::load_or_create(const std::filesystem::path& key_file) {
   init_sodium();
   const std::string where = key_file.string();
-  struct stat st {};
-  if (::stat(key_file.c_str(), &st) != 0) {
-    if (errno != ENOENT) fail(where, "cannot read the key file: {}", errno_text());
+  std::string text = load_or_create_secret(key_file, [] {
     unsigned char seed[crypto_sign_SEEDBYTES];
     randombytes_buf(seed, sizeof seed);
-    const std::string text = to_hex({reinterpret_cast<const char*>(seed), sizeof seed}) + "\n";
+    std::string hex = to_hex({reinterpret_cast<const char*>(seed), sizeof seed});
     sodium_memzero(seed, sizeof seed);
-    create_key_file(key_file, text);  // when another process won the race, load its key
-    if (::stat(key_file.c_str(), &st) != 0)
-      fail(where, "cannot read the key file: {}", errno_text());
-  }
-  if (!S_ISREG(st.st_mode)) fail(where, "the key file is not a regular file");
-  if ((st.st_mode & 077) != 0) {
-    fail(where,
-         "the key file is accessible to other users (mode {:04o}); its secret may have leaked. "
-         "Run `chmod 600 {}` if it is safe to keep, or delete it to create a new identity",
-         st.st_mode & 07777, where);
-  }
-  std::string text = read_file(key_file);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    return hex;
+  });
   if (text.size() != 2 * crypto_sign_SEEDBYTES) {
     fail(where, "malformed key file: expected {} hex digits (an Ed25519 seed), found {} characters",
          2 * crypto_sign_SEEDBYTES, text.size());

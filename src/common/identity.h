@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -23,6 +24,12 @@ class Identity {
   std::string secret_;  // 64-byte libsodium secret key
   std::string address_;
 };
+
+// The text of the secret file `file` (mode 0600), without trailing whitespace; when absent it is
+// created (with its directory) holding fresh(), safely against another process doing the same.
+// Error when the file is accessible to other users, not a regular file or over 4 KiB.
+std::string load_or_create_secret(const std::filesystem::path& file,
+                                  const std::function<std::string()>& fresh);
 
 // True when `signature_hex` is `address_hex`'s signature of `message`; false for any malformed
 // input.

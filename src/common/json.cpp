@@ -6,9 +6,18 @@ namespace trellis {
 
 Json parse_json(std::string_view text, const std::string& where) {
   try {
-    return Json::parse(text);
+    return Json::parse(text, [&](int depth, Json::parse_event_t event, Json&) {
+      if ((event == Json::parse_event_t::object_start ||
+           event == Json::parse_event_t::array_start) &&
+          depth >= kMaxJsonDepth) {
+        fail(where, "invalid JSON: nested deeper than {} levels", kMaxJsonDepth);
+      }
+      return true;
+    });
   } catch (const nlohmann::json::parse_error& e) {
     fail(where, "invalid JSON at byte {}", e.byte);
+  } catch (const nlohmann::json::out_of_range&) {  // a number such as 1e400
+    fail(where, "invalid JSON: a number is too large for a double");
   }
 }
 

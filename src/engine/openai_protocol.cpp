@@ -101,6 +101,9 @@ GenerationParams parse_params(const Json& body, bool chat) {
   if (const Json* v = find(body, "n")) {
     p.n = as_int(*v, "n");
     if (p.n < 1) bad("n", fmt::format("'n' must be at least 1, got {}", p.n));
+    // Checked before anything is sized by it: each choice holds a sequence and its KV cache.
+    if (p.n > kMaxChoices)
+      bad("n", fmt::format("'n' must be at most {}, got {}", kMaxChoices, p.n));
   }
   if (const Json* v = find(body, "best_of"); v && as_int(*v, "best_of") != p.n) {
     bad("best_of", "'best_of' other than n is not supported");

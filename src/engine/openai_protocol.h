@@ -36,6 +36,8 @@ class ApiError : public std::runtime_error {
 };
 
 inline constexpr int64_t kMaxLogprobs = 20;
+// Choices per prompt (`n`) at most: each holds a sequence and its KV cache.
+inline constexpr int64_t kMaxChoices = 128;
 
 // What both APIs share: how many completions, how long, how to sample, when to stop.
 struct GenerationParams {

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/http_limits.h"
 #include "common/logging.h"
 #include "engine/openai_protocol.h"
 #include "engine/text_stream.h"
@@ -256,9 +257,15 @@ struct OpenAIServer::Impl {
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
           reply_error(res, ApiError(500, "internal error"));
         });
-    svr.set_pre_routing_handler(
-        httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response&) {
+    svr.set_pre_routing_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request& req, httplib::Response& res) {
           request_log = {Clock::now(), ""};
+          // Chunked, compressed or oversized bodies are refused before they are read.
+          if (const auto refusal = unbounded_body(req, opt.max_body_bytes)) {
+            reply_error(res, ApiError(refusal->status, refusal->message, "", refusal->code));
+            res.set_header("Connection", "close");
+            return httplib::Server::HandlerResponse::Handled;
+          }
           return httplib::Server::HandlerResponse::Unhandled;
         }));
     svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {

@@ -1,19 +1,24 @@
-// Sandbox (see sandbox.h): bubblewrap, rlimits and a watchdog around one python3 process.
+// Sandbox (see sandbox.h): bubblewrap, seccomp, rlimits, an optional cgroup and a watchdog around
+// one python3 process.
 //
-// A run: the program and its input go into memfds (no host temp files to clean up); a child
-// (started vfork-style) moves them to fds 3 and 0, sets the rlimits, drops root, and execs bwrap,
-// which copies fd 3 to a read-only /sandbox/main.py and starts
-// `prlimit --nproc=N python3 -I -B /sandbox/main.py` in fresh namespaces. The parent polls stdout,
-// stderr and a pidfd of the child until it exits, the output cap is passed or the wall deadline
-// comes; the last two kill the child's process group, and
-// --die-with-parent plus the PID namespace take every process of the sandbox with it.
+// A run: the program, its input and the compiled seccomp filter go into memfds (no host temp files
+// to clean up); a child (started vfork-style) moves them to fds 3, 0 and 5 (and the result
+// channel's pipe to 6), joins the run's cgroup when there is one, sets the rlimits, drops root,
+// and execs bwrap, which copies fd 3 to a read-only /sandbox/main.py, loads the filter from fd 5
+// and starts `prlimit --nproc=N python3 -I -B /sandbox/main.py` in fresh namespaces under it. The
+// parent polls stdout, stderr, the channel and a pidfd of the child until it exits, the output cap
+// is passed or the wall deadline comes; the last two kill the child's process group, and
+// --die-with-parent plus the PID namespace (and cgroup.kill) take every process of the sandbox
+// with it.
 #include "env/sandbox.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <seccomp.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -24,6 +29,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -31,11 +37,16 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <initializer_list>
+#include <map>
+#include <sstream>
+#include <thread>
 #include <vector>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/logging.h"
 
 namespace trellis::env {
 namespace {
@@ -47,6 +58,10 @@ constexpr gid_t kSandboxGid = 65534;
 constexpr const char* kProgramPath = "/sandbox/main.py";
 constexpr int kProgramFd = 3;
 constexpr int kExecErrorFd = 4;  // close-on-exec: read() sees EOF once bwrap has started
+constexpr int kSeccompFd = 5;    // the compiled filter, read by bwrap (--seccomp 5)
+constexpr int kChannelFd = Sandbox::kChannelFd;
+// bwrap, and its init process in the PID namespace: pids.max leaves room for them.
+constexpr int64_t kBwrapProcesses = 2;
 constexpr rlim_t kMaxOpenFiles = 256;
 constexpr size_t kChildStackBytes = 64 * 1024;
 
@@ -56,7 +71,9 @@ struct ChildPlan {
   const char* bwrap;
   char* const* argv;
   char* const* envp;
-  int stdin_fd, stdout_fd, stderr_fd, program_fd, exec_error_fd;
+  int stdin_fd, stdout_fd, stderr_fd, program_fd, exec_error_fd, seccomp_fd;
+  int channel_fd;            // -1: no result channel
+  const char* cgroup_procs;  // the run's cgroup.procs to join; nullptr: no cgroup
   rlim_t cpu_seconds, address_space_bytes, file_size_bytes;
   bool drop_root;
   pid_t parent;
@@ -91,18 +108,33 @@ void close_fds_from(int first) {
   // Own process group: the watchdog kills the group.
   setpgid(0, 0);
 
-  // Move the fds to their places; first out of the way, as a source may sit on a target number.
-  const int sources[] = {p.stdin_fd, p.stdout_fd, p.stderr_fd, p.program_fd, p.exec_error_fd};
-  int moved[5];
-  for (int i = 0; i < 5; ++i) {
-    moved[i] = fcntl(sources[i], F_DUPFD, 10);
-    if (moved[i] < 0) child_fail(p.exec_error_fd, errno);
+  // Move the fds to their places (fd i gets sources[i]); first out of the way, as a source may sit
+  // on a target number.
+  const int sources[] = {p.stdin_fd,      p.stdout_fd,  p.stderr_fd, p.program_fd,
+                         p.exec_error_fd, p.seccomp_fd, p.channel_fd};
+  constexpr int kCount = 7;
+  static_assert(kExecErrorFd == 4 && kSeccompFd == 5 && kChannelFd == 6);
+  int moved[kCount];
+  for (int i = 0; i < kCount; ++i) {
+    moved[i] = sources[i] < 0 ? -1 : fcntl(sources[i], F_DUPFD, 10);
+    if (sources[i] >= 0 && moved[i] < 0) child_fail(p.exec_error_fd, errno);
   }
-  for (int i = 0; i < 4; ++i) {
-    if (dup2(moved[i], i) < 0) child_fail(moved[4], errno);
+  for (int i = 0; i < kCount; ++i) {
+    if (moved[i] < 0 || i == kExecErrorFd) continue;
+    if (dup2(moved[i], i) < 0) child_fail(moved[kExecErrorFd], errno);
   }
-  if (dup3(moved[4], kExecErrorFd, O_CLOEXEC) < 0) child_fail(moved[4], errno);
-  close_fds_from(kExecErrorFd + 1);
+  if (dup3(moved[kExecErrorFd], kExecErrorFd, O_CLOEXEC) < 0) {
+    child_fail(moved[kExecErrorFd], errno);
+  }
+  close_fds_from(p.channel_fd >= 0 ? kChannelFd + 1 : kChannelFd);
+
+  // Join the run's cgroup while still root (the parent made it): every process of the run, bwrap
+  // included, then counts against its memory.max and pids.max.
+  if (p.cgroup_procs != nullptr) {
+    const int fd = open(p.cgroup_procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1) child_fail(kExecErrorFd, errno);
+    close(fd);
+  }
 
   auto limit = [](int resource, rlim_t soft, rlim_t hard) {
     const struct rlimit r { soft, hard };
@@ -210,6 +242,7 @@ std::string describe_failure(const SandboxResult& r, const SandboxLimits& limits
   if (r.cpu_time_exceeded) {
     return fmt::format("killed: CPU time limit ({})", seconds_text(limits.cpu_seconds));
   }
+  if (r.memory_exceeded) return fmt::format("out of memory (limit {} MiB)", limits.memory_mib);
   if (r.signal != 0) return "killed by " + signal_name(r.signal);
   if (r.exit_code == 0) return "";
   if (r.err.find("MemoryError") != std::string::npos) {
@@ -226,6 +259,372 @@ std::string find_executable(std::initializer_list<const char*> candidates) {
     if (access(c, X_OK) == 0) return c;
   }
   return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+// seccomp
+
+// System calls that a test program never needs and that widen the kernel surface an escape could
+// use; each answers EPERM. Names this architecture lacks are skipped.
+constexpr const char* kDeniedSyscalls[] = {
+    // other processes' memory and execution
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+    // file systems and namespaces
+    "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+    "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns", "open_by_handle_at",
+    "name_to_handle_at",
+    // keys, BPF, perf, io_uring, userfaultfd
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "userfaultfd", "fanotify_init",
+    // the machine itself
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "create_module", "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd",
+    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "stime", "syslog", "vhangup",
+    "iopl", "ioperm", "uselib", "lookup_dcookie", "nfsservctl", "sethostname", "setdomainname"};
+
+// clone() flags that make a new namespace (CLONE_NEWTIME overlaps clone()'s signal byte).
+constexpr uint64_t kNamespaceFlags[] = {CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWPID,   CLONE_NEWNET,
+                                        CLONE_NEWUTS,  CLONE_NEWIPC, CLONE_NEWCGROUP};
+
+// The filter as a BPF program (struct sock_filter[]) for bwrap's --seccomp, or why there is none.
+struct SeccompProgram {
+  std::string bpf;
+  std::string error;
+};
+
+SeccompProgram compile_seccomp() {
+  SeccompProgram program;
+  // Default: allow. Calls of a foreign architecture (int 0x80, x32) hit the bad-arch action,
+  // which seccomp_init sets to kill.
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) return {"", "seccomp_init failed"};
+  auto add = [&](uint32_t action, int nr, std::initializer_list<scmp_arg_cmp> args,
+                 const char* name) {
+    if (!program.error.empty()) return;
+    const int rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(args.size()),
+                                          args.size() ? args.begin() : nullptr);
+    if (rc < 0) program.error = fmt::format("seccomp rule for {}: {}", name, std::strerror(-rc));
+  };
+  auto number = [](const char* name) { return seccomp_syscall_resolve_name(name); };
+  for (const char* name : kDeniedSyscalls) {
+    const int nr = number(name);
+    if (nr == __NR_SCMP_ERROR || nr < 0) continue;  // not a system call of this architecture
+    add(SCMP_ACT_ERRNO(EPERM), nr, {}, name);
+  }
+  // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone().
+  if (const int nr = number("clone3"); nr >= 0) add(SCMP_ACT_ERRNO(ENOSYS), nr, {}, "clone3");
+  for (const uint64_t flag : kNamespaceFlags) {
+    add(SCMP_ACT_ERRNO(EPERM), number("clone"), {{0, SCMP_CMP_MASKED_EQ, flag, flag}}, "clone");
+  }
+  // personality(): only the query (0xffffffff) is allowed, not ADDR_NO_RANDOMIZE and the like.
+  add(SCMP_ACT_ERRNO(EPERM), number("personality"), {{0, SCMP_CMP_NE, 0xffffffffULL, 0}},
+      "personality");
+  if (program.error.empty()) {
+    const int fd = memfd_create("trellis-seccomp-export", MFD_CLOEXEC);
+    if (fd < 0) {
+      program.error = fmt::format("memfd_create failed: {}", std::strerror(errno));
+    } else {
+      if (const int rc = seccomp_export_bpf(ctx, fd); rc < 0) {
+        program.error = fmt::format("seccomp_export_bpf failed: {}", std::strerror(-rc));
+      } else {
+        lseek(fd, 0, SEEK_SET);
+        char buffer[4096];
+        ssize_t n;
+        while ((n = read(fd, buffer, sizeof buffer)) > 0) program.bpf.append(buffer, n);
+        if (program.bpf.empty()) program.error = "seccomp_export_bpf wrote nothing";
+      }
+      close(fd);
+    }
+  }
+  seccomp_release(ctx);
+  if (!program.error.empty()) program.bpf.clear();
+  return program;
+}
+
+const SeccompProgram& seccomp_program() {
+  static const SeccompProgram program = compile_seccomp();
+  return program;
+}
+
+// ---------------------------------------------------------------------------------------------
+// bwrap's options
+
+// What `argv` prints on stdout (at most 256 KiB), or "" when it cannot start.
+std::string command_output(const std::vector<std::string>& args) {
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return "";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  char* envp[] = {nullptr};
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  std::string text;
+  if (rc == 0) {
+    char buffer[4096];
+    ssize_t n;
+    while (text.size() < 256 * 1024 &&
+           ((n = read(out[0], buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR))) {
+      if (n > 0) text.append(buffer, n);
+    }
+  }
+  close(out[0]);
+  if (rc == 0) {
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  return text;
+}
+
+// Whether the bwrap at `bwrap` has --disable-userns (0.8+); asked once per path.
+bool bwrap_has_disable_userns(const std::string& bwrap) {
+  static std::mutex mutex;
+  static std::map<std::string, bool> known;
+  std::lock_guard lock(mutex);
+  if (auto it = known.find(bwrap); it != known.end()) return it->second;
+  const bool has = access(bwrap.c_str(), X_OK) == 0 &&
+                   command_output({bwrap, "--help"}).find("--disable-userns") != std::string::npos;
+  known.emplace(bwrap, has);
+  return has;
+}
+
+// ---------------------------------------------------------------------------------------------
+// cgroup v2
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// 0 on success, else errno.
+int write_text(const std::string& path, std::string_view text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const ssize_t n = write(fd, text.data(), text.size());
+  const int error = n == static_cast<ssize_t>(text.size()) ? 0 : (n < 0 ? errno : EIO);
+  close(fd);
+  return error;
+}
+
+bool has_word(std::string_view text, std::string_view word) {
+  std::istringstream words{std::string(text)};
+  std::string w;
+  while (words >> w) {
+    if (w == word) return true;
+  }
+  return false;
+}
+
+// This process's cgroup v2 directory, or "" with `reason` saying why there is none.
+std::string own_cgroup_dir(std::string& reason) {
+  std::ifstream mountinfo("/proc/self/mountinfo");
+  std::string line, root, mount_point;
+  while (std::getline(mountinfo, line)) {
+    const auto dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line.substr(0, dash));
+    std::string id, parent, device;
+    fields >> id >> parent >> device >> root >> mount_point;
+    break;
+  }
+  if (mount_point.empty()) {
+    reason = "no cgroup v2 hierarchy is mounted";
+    return "";
+  }
+  std::ifstream groups("/proc/self/cgroup");
+  std::string path;
+  while (std::getline(groups, line)) {
+    if (line.starts_with("0::")) path = line.substr(3);
+  }
+  if (path.empty()) {
+    reason = "this process is in no cgroup v2 group";
+    return "";
+  }
+  if (root != "/") {
+    if (!path.starts_with(root)) {
+      reason = fmt::format("the cgroup v2 mount at {} does not show this process's group {}",
+                           mount_point, path);
+      return "";
+    }
+    path = path.substr(root.size());
+  }
+  std::string dir = mount_point + (path == "/" ? "" : path);
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  return dir;
+}
+
+// Starts a process (vfork-style) that joins the cgroup whose cgroup.procs is `procs` and exits:
+// 0 when it could, else errno.
+int join_probe(const std::string& procs) {
+  struct Probe {
+    const char* procs;
+  } probe{procs.c_str()};
+  std::vector<char> stack(kChildStackBytes);
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
+  const pid_t pid = clone(
+      [](void* p) -> int {
+        const int fd = open(static_cast<Probe*>(p)->procs, O_WRONLY | O_CLOEXEC);
+        if (fd < 0) _exit(errno & 0xff);
+        const ssize_t n = write(fd, "0", 1);
+        _exit(n == 1 ? 0 : (errno & 0xff));
+      },
+      stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, &probe);
+  const int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (pid < 0) return clone_errno;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+}
+
+// Kills what is left in a run's cgroup and removes it; false when it would not go.
+bool remove_cgroup(const std::string& dir) {
+  const bool can_kill = write_text(dir + "/cgroup.kill", "1") == 0;
+  for (int attempt = 0; attempt < 400; ++attempt) {
+    if (rmdir(dir.c_str()) == 0 || errno == ENOENT) return true;
+    if (errno != EBUSY) return false;
+    if (!can_kill) {  // Linux < 5.14: kill its processes one by one
+      std::istringstream pids(read_text(dir + "/cgroup.procs"));
+      pid_t p;
+      while (pids >> p) kill(p, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// Where per-run cgroups can go on this host: a directory whose children get the memory and pids
+// controllers and that this process may create groups in and move processes into. Detected once
+// per process; "" with `reason` when there is none.
+struct CgroupSupport {
+  std::string parent;
+  std::string reason;
+};
+
+CgroupSupport detect_cgroup() {
+  CgroupSupport support;
+  std::string& reason = support.reason;
+  const std::string dir = own_cgroup_dir(reason);
+  if (dir.empty()) return support;
+  const std::string controllers = read_text(dir + "/cgroup.controllers");
+  for (const char* c : {"memory", "pids"}) {
+    if (!has_word(controllers, c)) {
+      reason = fmt::format("cgroup v2 group {} has no {} controller (it has '{}')", dir, c,
+                           printable_line(last_line(controllers), 200));
+      return support;
+    }
+  }
+  const std::string subtree = read_text(dir + "/cgroup.subtree_control");
+  if (!has_word(subtree, "memory") || !has_word(subtree, "pids")) {
+    if (const int e = write_text(dir + "/cgroup.subtree_control", "+memory +pids"); e != 0) {
+      reason = fmt::format(
+          "cannot enable the memory and pids controllers for groups under {}: {}{}", dir,
+          std::strerror(e), e == EBUSY ? " (the group holds processes itself)" : "");
+      return support;
+    }
+  }
+  static std::atomic<int> probes{0};
+  const std::string probe = fmt::format("{}/trellis-sandbox-probe-{}-{}", dir, getpid(), probes++);
+  if (mkdir(probe.c_str(), 0755) != 0) {
+    reason = fmt::format("cannot create a cgroup under {}: {}", dir, std::strerror(errno));
+    return support;
+  }
+  int e = write_text(probe + "/memory.max", "67108864");
+  if (e == 0) e = write_text(probe + "/pids.max", "8");
+  if (e == 0) e = join_probe(probe + "/cgroup.procs");
+  remove_cgroup(probe);
+  if (e != 0) {
+    reason = fmt::format("cannot limit a cgroup under {} or move a process into it: {}", dir,
+                         std::strerror(e));
+    return support;
+  }
+  support.parent = dir;
+  return support;
+}
+
+const CgroupSupport& cgroup_support() {
+  static const CgroupSupport support = detect_cgroup();
+  return support;
+}
+
+// The cgroup of one run: made with its limits before the run, killed and removed after it.
+class RunCgroup {
+ public:
+  RunCgroup(const SandboxDefences& defences, const SandboxLimits& limits) {
+    if (!defences.cgroup) return;
+    static std::atomic<uint64_t> runs{0};
+    const std::string dir =
+        fmt::format("{}/trellis-sandbox-{}-{}", defences.cgroup_parent, getpid(), runs++);
+    if (mkdir(dir.c_str(), 0755) != 0) {
+      log::warn("sandbox: cannot create the run's cgroup {}: {}; rlimits only for this run", dir,
+                std::strerror(errno));
+      return;
+    }
+    dir_ = dir;
+    int e = write_text(dir + "/memory.max", std::to_string(limits.memory_mib * 1024 * 1024));
+    if (e == 0) {
+      e = write_text(dir + "/pids.max", std::to_string(limits.max_processes + kBwrapProcesses));
+    }
+    if (e != 0) {
+      log::warn("sandbox: cannot set the limits of cgroup {}: {}; rlimits only for this run", dir,
+                std::strerror(e));
+      remove_cgroup(dir_);
+      dir_.clear();
+      return;
+    }
+    write_text(dir + "/memory.swap.max", "0");   // absent without swap accounting: fine
+    write_text(dir + "/memory.oom.group", "1");  // an OOM kill takes the whole run
+    procs_ = dir + "/cgroup.procs";
+  }
+  ~RunCgroup() {
+    if (!dir_.empty() && !remove_cgroup(dir_)) {
+      log::warn("sandbox: could not remove cgroup {}", dir_);
+    }
+  }
+  RunCgroup(const RunCgroup&) = delete;
+  RunCgroup& operator=(const RunCgroup&) = delete;
+
+  // cgroup.procs of the run's group, for the child to join; nullptr without one.
+  const char* procs() const { return procs_.empty() ? nullptr : procs_.c_str(); }
+
+  // Whether the kernel OOM-killed a process of the run (memory.max reached).
+  bool oom_killed() const {
+    if (dir_.empty()) return false;
+    std::istringstream events(read_text(dir_ + "/memory.events"));
+    std::string key;
+    int64_t count = 0;
+    while (events >> key >> count) {
+      if ((key == "oom_kill" || key == "oom_group_kill") && count > 0) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::string dir_, procs_;
+};
+
+SandboxDefences detect_defences(const std::string& bwrap) {
+  SandboxDefences d;
+  d.seccomp = seccomp_program().error.empty();
+  d.bwrap_disable_userns = bwrap_has_disable_userns(bwrap);
+  const CgroupSupport& cgroup = cgroup_support();
+  d.cgroup = !cgroup.parent.empty();
+  d.cgroup_parent = cgroup.parent;
+  d.cgroup_reason = cgroup.reason;
+  return d;
 }
 
 }  // namespace
@@ -253,7 +652,7 @@ SandboxLimits SandboxLimits::from_config(const Config& config) {
 }
 
 Sandbox::Sandbox(SandboxLimits limits, std::string bwrap)
-    : limits_(std::move(limits)), bwrap_(std::move(bwrap)) {
+    : limits_(std::move(limits)), bwrap_(std::move(bwrap)), defences_(detect_defences(bwrap_)) {
   namespace fs = std::filesystem;
   std::error_code ec;
   // Inside, the interpreter is exec'd by its real path; an interpreter installed outside /usr
@@ -266,6 +665,9 @@ Sandbox::Sandbox(SandboxLimits limits, std::string bwrap)
     command_.insert(command_.end(), args);
   };
   add({bwrap_, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"});
+  // No user namespaces inside (bwrap 0.8+); the seccomp filter denies them in any case.
+  if (defences_.bwrap_disable_userns) add({"--disable-userns"});
+  add({"--seccomp", std::to_string(kSeccompFd)});
   add({"--ro-bind", "/usr", "/usr"});
   // Merged-/usr systems have /bin, /lib... as symlinks into /usr; others have directories.
   for (const char* top : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
@@ -318,16 +720,31 @@ void Sandbox::check() const {
           limits_.python);
     } else if (find_executable({"/usr/bin/prlimit", "/bin/prlimit"}).empty()) {
       check_error_ = "prlimit not found in /usr/bin or /bin: install util-linux";
+    } else if (!defences_.seccomp) {
+      check_error_ = fmt::format("the code sandbox's seccomp filter could not be built: {}",
+                                 seccomp_program().error);
     } else {
       try {
-        const SandboxResult probe = run_sandboxed("import os\nprint(os.getuid())\n", "");
+        // The probe prints its uid and its seccomp mode (2: a filter is in force).
+        const SandboxResult probe = run_sandboxed(
+            "import os\nmode = [l.split()[1] for l in open('/proc/self/status')\n"
+            "        if l.startswith('Seccomp:')]\nprint(os.getuid(), mode[0] if mode else '-')\n",
+            "", {});
+        std::istringstream fields{std::string(last_line(probe.out))};
+        std::string uid, seccomp_mode;
+        fields >> uid >> seccomp_mode;
         if (!probe.passed()) {
           const auto err = last_line(probe.err);
           check_error_ = fmt::format(
               "the code sandbox does not work on this machine: a probe run failed ({}{}{}); {}",
               probe.failure, err.empty() ? "" : "; stderr: ", printable_line(err, 300), hint);
-        } else if (last_line(probe.out) == "0") {
+        } else if (uid == "0") {
           check_error_ = "the code sandbox runs programs as root: refusing to run code";
+        } else if (seccomp_mode != "2") {
+          check_error_ = fmt::format(
+              "the code sandbox's seccomp filter is not in force (Seccomp: '{}' in "
+              "/proc/self/status): the kernel needs CONFIG_SECCOMP_FILTER; refusing to run code",
+              printable_line(seccomp_mode, 20));
         }
       } catch (const Error& e) {
         check_error_ = fmt::format("the code sandbox does not work on this machine: {}", e.what());
@@ -335,14 +752,36 @@ void Sandbox::check() const {
     }
   });
   if (!check_error_.empty()) throw Error(check_error_, "env.code");
+  static std::once_flag logged;
+  std::call_once(logged, [this] { log::info("sandbox: {}", limits_in_force()); });
 }
 
-SandboxResult Sandbox::run(std::string_view program, std::string_view input) const {
+std::string Sandbox::limits_in_force() const {
+  const std::string userns = defences_.bwrap_disable_userns
+                                 ? "no nested user namespaces (bwrap --disable-userns, seccomp)"
+                                 : "no nested user namespaces (seccomp; this bwrap lacks "
+                                   "--disable-userns)";
+  const std::string limits =
+      defences_.cgroup
+          ? fmt::format(
+                "cgroup v2 limits per run under {} (memory.max {} MiB, pids.max {}) and "
+                "rlimits",
+                defences_.cgroup_parent, limits_.memory_mib,
+                limits_.max_processes + kBwrapProcesses)
+          : fmt::format("rlimits only (RLIMIT_AS {} MiB per process, RLIMIT_NPROC {}): {}",
+                        limits_.memory_mib, limits_.max_processes, defences_.cgroup_reason);
+  return fmt::format("seccomp filter{}; {}; {}", defences_.seccomp ? "" : " MISSING", userns,
+                     limits);
+}
+
+SandboxResult Sandbox::run(std::string_view program, std::string_view input,
+                           RunOptions options) const {
   check();
-  return run_sandboxed(program, input);
+  return run_sandboxed(program, input, options);
 }
 
-SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view input) const {
+SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view input,
+                                     RunOptions options) const {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
@@ -360,12 +799,15 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
   Fds fds;
   const int program_fd = fds.add(memory_file("trellis-program", program));
   const int stdin_fd = fds.add(memory_file("trellis-stdin", input));
-  int out_pipe[2], err_pipe[2], exec_pipe[2];
-  for (int* p : {out_pipe, err_pipe, exec_pipe}) {
+  const int seccomp_fd = fds.add(memory_file("trellis-seccomp", seccomp_program().bpf));
+  int out_pipe[2], err_pipe[2], exec_pipe[2], channel_pipe[2] = {-1, -1};
+  for (int* p : {out_pipe, err_pipe, exec_pipe, channel_pipe}) {
+    if (p == channel_pipe && !options.channel) continue;
     if (pipe2(p, O_CLOEXEC) != 0) fail("sandbox", "pipe2 failed: {}", std::strerror(errno));
     fds.add(p[0]);
     fds.add(p[1]);
   }
+  const RunCgroup cgroup(defences_, limits_);
 
   const ChildPlan plan{bwrap_.c_str(),
                        argv.data(),
@@ -375,6 +817,9 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
                        err_pipe[1],
                        program_fd,
                        exec_pipe[1],
+                       seccomp_fd,
+                       channel_pipe[1],
+                       cgroup.procs(),
                        static_cast<rlim_t>(std::ceil(limits_.cpu_seconds)),
                        static_cast<rlim_t>(limits_.memory_mib) * 1024 * 1024,
                        static_cast<rlim_t>(limits_.memory_mib) * 1024 * 1024,
@@ -397,6 +842,7 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
   fds.close_one(out_pipe[1]);
   fds.close_one(err_pipe[1]);
   fds.close_one(exec_pipe[1]);
+  fds.close_one(channel_pipe[1]);
   int exec_errno = 0;
   ssize_t got;
   while ((got = read(exec_pipe[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
@@ -407,6 +853,7 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
   }
   fcntl(out_pipe[0], F_SETFL, O_NONBLOCK);
   fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+  if (options.channel) fcntl(channel_pipe[0], F_SETFL, O_NONBLOCK);
   // A pidfd makes the child's exit pollable along with its output; without one (Linux < 5.3),
   // poll in short slices and ask waitpid.
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
@@ -415,12 +862,12 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
   SandboxResult r;
   int status = 0;
   bool exited = false, kill_it = false;
-  std::array<int, 2> streams = {out_pipe[0], err_pipe[0]};
-  std::array<std::string*, 2> sinks = {&r.out, &r.err};
+  std::array<int, 3> streams = {out_pipe[0], err_pipe[0], channel_pipe[0]};
+  std::array<std::string*, 3> sinks = {&r.out, &r.err, &r.channel};
   char buffer[65536];
 
   // Reads what a stream has now; false once the output cap is passed.
-  auto drain = [&](int i) {
+  auto drain = [&](size_t i) {
     for (;;) {
       const ssize_t n = read(streams[i], buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
@@ -429,7 +876,7 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
         fds.close_one(streams[i]);
         return true;
       }
-      const size_t room = output_cap - r.out.size() - r.err.size();
+      const size_t room = output_cap - r.out.size() - r.err.size() - r.channel.size();
       sinks[i]->append(buffer, std::min(room, static_cast<size_t>(n)));
       if (static_cast<size_t>(n) > room) return false;
     }
@@ -442,7 +889,7 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
       kill_it = !exited;
       break;
     }
-    std::array<pollfd, 3> polled;
+    std::array<pollfd, 4> polled;
     nfds_t n = 0;
     for (int s : streams) {
       if (s >= 0) polled[n++] = {s, POLLIN, 0};
@@ -456,7 +903,7 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
       fail("sandbox", "poll failed: {}", std::strerror(errno));
     }
     bool over = false;
-    for (int i = 0; i < 2 && !over; ++i) {
+    for (size_t i = 0; i < streams.size() && !over; ++i) {
       if (streams[i] >= 0) over = !drain(i);
     }
     if (over) {
@@ -469,7 +916,7 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
       // bwrap exits when the program does. Processes the program left behind are being killed
       // (the sandbox's init dies with bwrap, and its PID namespace with it) but may hold the
       // pipes open a moment longer: take what is there now, without waiting for them.
-      for (int i = 0; i < 2; ++i) {
+      for (size_t i = 0; i < streams.size(); ++i) {
         if (streams[i] >= 0 && !drain(i)) r.output_exceeded = true;
       }
       break;
@@ -496,7 +943,8 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
       r.exit_code = code;
     }
   }
-  const bool ours = r.output_exceeded || r.wall_time_exceeded;
+  r.memory_exceeded = cgroup.oom_killed();
+  const bool ours = r.output_exceeded || r.wall_time_exceeded || r.memory_exceeded;
   // SIGXCPU at the soft CPU limit; SIGKILL that we did not send, after at least the CPU limit
   // in wall time, is the hard limit (bwrap reports no CPU time of the processes inside).
   r.cpu_time_exceeded = !ours && (r.signal == SIGXCPU ||

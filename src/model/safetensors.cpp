@@ -21,8 +21,6 @@ namespace {
 
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
-// The reference implementation refuses larger headers; so do we, before parsing anything.
-constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 struct DTypeEntry {
   DType dtype;
@@ -80,15 +78,27 @@ Json parse_header_json(std::string_view text, const std::string& where) {
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
   bool duplicate_at_top = false;
-  auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+  size_t tensors = 0;  // top-level keys but __metadata__
+  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
     switch (event) {
+      case Json::parse_event_t::array_start:
       case Json::parse_event_t::object_start:
-        open_objects.emplace_back();
+        if (depth >= kMaxJsonDepth) {
+          fail(where, "header is nested deeper than {} levels", kMaxJsonDepth);
+        }
+        if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
         break;
       case Json::parse_event_t::object_end:
         if (!open_objects.empty()) open_objects.pop_back();
         break;
       case Json::parse_event_t::key:
+        // Counted as they come, so that a header of millions of entries stops before its tree
+        // is built.
+        if (open_objects.size() == 1 && parsed != "__metadata__" &&
+            ++tensors > kMaxSafetensorsTensors) {
+          fail(where, "header has more than {} tensors, the limit per file",
+               kMaxSafetensorsTensors);
+        }
         if (!open_objects.empty() && parsed.is_string() &&
             !open_objects.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
           duplicate = parsed.get<std::string>();
@@ -105,6 +115,8 @@ Json parse_header_json(std::string_view text, const std::string& where) {
     j = Json::parse(text.begin(), text.end(), callback);
   } catch (const Json::parse_error& e) {
     fail(where, "header is not valid JSON (error at byte {} of the header)", e.byte);
+  } catch (const Json::out_of_range&) {  // a number such as 1e400
+    fail(where, "header is not valid JSON (a number is too large for a double)");
   }
   if (!duplicate.empty()) {
     if (duplicate_at_top) fail(where, "duplicate tensor name '{}' in header", duplicate);
@@ -229,27 +241,26 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-// ---- SafetensorsFile ----
+// ---- header ----
 
-SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
-  SafetensorsFile f{MappedFile(path)};
-  const std::string where = path.string();
-  std::span<const std::byte> bytes = f.file_.bytes();
+SafetensorsHeader parse_safetensors_header(std::span<const std::byte> bytes,
+                                           const std::string& where) {
   if (bytes.size() < 8) {
     fail(where, "not a safetensors file: {} bytes, too short for the 8-byte header length",
          bytes.size());
   }
-  uint64_t header_len = read_u64_le(bytes.data());
+  const uint64_t header_len = read_u64_le(bytes.data());
   if (header_len > bytes.size() - 8) {
     fail(where, "truncated file: header length {} exceeds the {} bytes after the length field",
          header_len, bytes.size() - 8);
   }
-  if (header_len > kMaxHeaderBytes) {
+  if (header_len > kMaxSafetensorsHeaderBytes) {
     fail(where, "header length {} is larger than the limit of {} bytes", header_len,
-         kMaxHeaderBytes);
+         kMaxSafetensorsHeaderBytes);
   }
-  f.data_start_ = 8 + header_len;
-  const uint64_t data_size = bytes.size() - f.data_start_;
+  SafetensorsHeader h;
+  h.data_start = 8 + header_len;
+  const uint64_t data_size = bytes.size() - h.data_start;
 
   std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 8, header_len);
   Json header = parse_header_json(text, where);
@@ -262,7 +273,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
         if (!v.is_string()) {
           fail(where, "'__metadata__' value of '{}' must be a string, not {}", k, v.type_name());
         }
-        f.metadata_[k] = v.get<std::string>();
+        h.metadata[k] = v.get<std::string>();
       }
       continue;
     }
@@ -286,16 +297,15 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
           "length mismatch: data_offsets [{}, {}] span {} bytes, but dtype {} and shape {} need {}",
           t.begin, t.end, t.end - t.begin, dtype_name(t.dtype), t.shape, nbytes);
     }
-    f.tensors_.push_back(std::move(t));
+    h.tensors.push_back(std::move(t));
   }
 
-  std::sort(f.tensors_.begin(), f.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
   // Empty tensors occupy no bytes and overlap nothing.
   const TensorInfo* last = nullptr;  // the non-empty tensor reaching furthest so far
-  for (size_t i = 0; i < f.tensors_.size(); ++i) {
-    const TensorInfo& t = f.tensors_[i];
+  for (const TensorInfo& t : h.tensors) {
     if (t.begin == t.end) continue;
     if (last != nullptr && t.begin < last->end) {
       fail(where, "overlapping tensors '{}' [{}, {}) and '{}' [{}, {})", last->name, last->begin,
@@ -303,6 +313,17 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     }
     if (last == nullptr || t.end > last->end) last = &t;
   }
+  return h;
+}
+
+// ---- SafetensorsFile ----
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  SafetensorsFile f{MappedFile(path)};
+  SafetensorsHeader h = parse_safetensors_header(f.file_.bytes(), path.string());
+  f.data_start_ = h.data_start;
+  f.tensors_ = std::move(h.tensors);
+  f.metadata_ = std::move(h.metadata);
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_.emplace(f.tensors_[i].name, i);
   return f;
 }

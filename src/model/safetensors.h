@@ -54,6 +54,25 @@ struct TensorData {
   std::span<const std::byte> bytes;
 };
 
+// Budgets for a file header, which may come from anywhere: checked before anything is allocated
+// for what they bound.
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;  // the reference's limit
+inline constexpr size_t kMaxSafetensorsTensors = size_t{1} << 18;    // per file
+
+// What a file's header says, validated against the file: every tensor's dtype, shape and
+// data_offsets agree and lie inside the data region, no two tensors overlap, names are unique.
+struct SafetensorsHeader {
+  uint64_t data_start = 0;          // offset of the data region in the file
+  std::vector<TensorInfo> tensors;  // sorted by begin offset
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses the header of a whole file held in memory (`file`: the length field, the header and the
+// data region). Error naming `where` (and the tensor) on anything malformed, on a header longer
+// than kMaxSafetensorsHeaderBytes or with more than kMaxSafetensorsTensors entries.
+SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
+                                           const std::string& where);
+
 // One memory-mapped .safetensors file, fully validated on open. Movable, not copyable.
 class SafetensorsFile {
  public:

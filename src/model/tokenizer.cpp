@@ -21,8 +21,8 @@ namespace trellis::model {
 namespace {
 
 // Ids above this are rejected at load: no real vocabulary comes near it, and a hostile file must
-// not make us allocate gigabytes.
-constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+// not make us allocate gigabytes (the token table is indexed by id).
+constexpr int64_t kMaxTokenId = static_cast<int64_t>(kMaxVocabSize) - 1;
 
 // The GPT-2 pre-tokenizer regex, as used by ByteLevel with use_regex=true.
 constexpr const char* kGpt2Pattern =
@@ -601,6 +601,9 @@ void Tokenizer::Impl::parse_model(const Json& model, const std::string& at) {
   const Json& v = model.at("vocab");
   if (!v.is_object()) fail(at, "field 'vocab' must be an object of token -> id");
   const std::string vocab_at = sub(at, "vocab");
+  if (v.size() > kMaxVocabSize) {
+    fail(vocab_at, "{} tokens, more than the limit of {}", v.size(), kMaxVocabSize);
+  }
   byte_ids.fill(-1);
   vocab.reserve(v.size());
   for (const auto& [text, id_json] : v.items()) {
@@ -631,6 +634,8 @@ void Tokenizer::Impl::parse_model(const Json& model, const std::string& at) {
   const Json& m = model.at("merges");
   if (!m.is_array()) fail(at, "field 'merges' must be a list");
   const std::string merges_at = sub(at, "merges");
+  if (m.size() > kMaxMerges)
+    fail(merges_at, "{} merges, more than the limit of {}", m.size(), kMaxMerges);
   merges.reserve(m.size());
   for (size_t rank = 0; rank < m.size(); ++rank) {
     const Json& e = m[rank];
@@ -663,6 +668,9 @@ void Tokenizer::Impl::parse_model(const Json& model, const std::string& at) {
 void Tokenizer::Impl::parse_added_tokens(const Json& list, const std::string& at) {
   if (list.is_null()) return;
   if (!list.is_array()) fail(at, "field 'added_tokens' must be a list");
+  if (list.size() > kMaxAddedTokens) {
+    fail(at, "{} added tokens, more than the limit of {}", list.size(), kMaxAddedTokens);
+  }
   for (size_t k = 0; k < list.size(); ++k) {
     const Json& e = list[k];
     const std::string item_at = fmt::format("{}[{}]", at, k);
@@ -815,11 +823,27 @@ std::optional<std::string> config_token(const Json& cfg, const char* key, const 
   fail(at, "field '{}' must be a string, an object with 'content', or null", key);
 }
 
+// Error if the file at `path` is over kMaxTokenizerFileBytes, before it is read. (A file that
+// cannot be examined is left to the read, which names the problem.)
+void check_file_size(const std::filesystem::path& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxTokenizerFileBytes) {
+    fail(path.string(), "file is {} bytes, more than the limit of {}", size,
+         kMaxTokenizerFileBytes);
+  }
+}
+
+Json read_tokenizer_json(const std::filesystem::path& path) {
+  check_file_size(path);
+  return read_json_file(path.string());
+}
+
 }  // namespace
 
 Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
   const auto tok_path = model_dir / "tokenizer.json";
-  Tokenizer tok = from_json(read_json_file(tok_path.string()), tok_path.string());
+  Tokenizer tok = from_json(read_tokenizer_json(tok_path), tok_path.string());
   Impl& m = *tok.impl_;
 
   auto id_of = [&](const std::string& token, const char* key, const std::string& at) {
@@ -834,7 +858,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
   const auto cfg_path = model_dir / "tokenizer_config.json";
   if (std::filesystem::exists(cfg_path)) {
     const std::string at = cfg_path.string();
-    const Json cfg = read_json_file(at);
+    const Json cfg = read_tokenizer_json(cfg_path);
     if (!cfg.is_object()) fail(at, "tokenizer_config.json must be a JSON object");
     if (auto bos = config_token(cfg, "bos_token", at)) m.bos = id_of(*bos, "bos_token", at);
     if (auto eos = config_token(cfg, "eos_token", at)) add_eos(id_of(*eos, "eos_token", at));
@@ -855,13 +879,14 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
   }
   const auto jinja_path = model_dir / "chat_template.jinja";
   if (m.chat_template.empty() && std::filesystem::exists(jinja_path)) {
+    check_file_size(jinja_path);
     m.chat_template = read_file(jinja_path);
   }
 
   const auto gen_path = model_dir / "generation_config.json";
   if (std::filesystem::exists(gen_path)) {
     const std::string at = gen_path.string();
-    const Json gen = read_json_file(at);
+    const Json gen = read_tokenizer_json(gen_path);
     if (gen.is_object() && gen.contains("eos_token_id") && !gen.at("eos_token_id").is_null()) {
       const Json& e = gen.at("eos_token_id");
       std::vector<Json> ids = e.is_array() ? e.get<std::vector<Json>>() : std::vector<Json>{e};

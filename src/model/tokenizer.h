@@ -34,6 +34,14 @@
 
 namespace trellis::model {
 
+// Budgets for tokenizer files, which come with a model from anywhere: each is checked before
+// anything is allocated for what it bounds. Real tokenizers are far below them (Gemma 3: 262k
+// tokens in a 33 MB tokenizer.json; Qwen2: 151k merges).
+inline constexpr uint64_t kMaxTokenizerFileBytes = uint64_t{256} << 20;  // each JSON file
+inline constexpr size_t kMaxVocabSize = size_t{1} << 21;  // model.vocab entries; ids below this
+inline constexpr size_t kMaxMerges = size_t{1} << 22;     // model.merges entries
+inline constexpr size_t kMaxAddedTokens = size_t{1} << 16;
+
 class Tokenizer {
  public:
   // Reads DIR/tokenizer.json (required), DIR/tokenizer_config.json and DIR/generation_config.json
@@ -42,7 +50,7 @@ class Tokenizer {
   // from DIR/chat_template.jinja when that file exists.
   static Tokenizer load(const std::filesystem::path& model_dir);
   // Builds the tokenizer from a parsed tokenizer.json; `where` names it in errors. No BOS/EOS or
-  // chat template (those live in the other files).
+  // chat template (those live in the other files). Error on anything over the budgets above.
   static Tokenizer from_json(const Json& tokenizer_json, const std::string& where);
 
   // Token ids for `text` (any bytes). Never adds BOS/EOS. With allow_special=false, special added

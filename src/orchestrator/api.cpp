@@ -16,10 +16,13 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hashing.h"
+#include "common/http_limits.h"
 #include "common/identity.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "common/request_signing.h"
 #include "orchestrator/admission.h"
+#include "orchestrator/credentials.h"
 #include "orchestrator/signed_url.h"
 #include "orchestrator/state.h"
 #include "orchestrator/step_counter.h"
@@ -136,12 +139,6 @@ std::string address_field(const Json& body, const char* key, const std::string& 
   return v;
 }
 
-bool is_signature_hex(const std::string& s) {
-  return s.size() == 128 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-         });
-}
-
 Json node_json(const Node& n) {
   return {{"address", n.address},
           {"ip", n.ip},
@@ -190,7 +187,11 @@ Json submission_json(const Submission& s) {
           {"work_expires", s.work_expires}};
 }
 
-constexpr size_t kMaxReasonBytes = 1000;         // of an eviction's reason
+constexpr size_t kMaxReasonBytes = 1000;  // of an eviction's reason
+constexpr size_t kMaxNonces = 200'000;    // signed requests remembered within the window
+// A submission claimed by this many validators without a verdict (each lease ran out: the file
+// stopped them) is rejected rather than offered to the next.
+constexpr int kMaxClaims = 2;
 constexpr size_t kMaxVerdictReasonBytes = 4000;  // of a validator's reason to reject
 constexpr size_t kMaxValidatorNameBytes = 100;
 
@@ -207,10 +208,6 @@ std::string validator_field(const Json& body, const std::string& where) {
 
 }  // namespace
 
-std::string registration_message(const std::string& address, int64_t timestamp) {
-  return fmt::format("trellis-register:{}:{}", address, timestamp);
-}
-
 ApiOptions api_options(const Config& config, const std::filesystem::path& run_dir) {
   ApiOptions o;
   o.host = config.get<std::string>("orchestrator.host");
@@ -222,16 +219,16 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.data_dir = data_dir.empty() ? run_dir : std::filesystem::path(data_dir);
   auto name = std::filesystem::absolute(run_dir).lexically_normal();  // "runs/x/." -> ".../x/"
   if (name.filename().empty()) name = name.parent_path();
-  o.run_id = name.filename().string();
+  o.run_id = name.filename().string() + "-" + random_hex(8);
   o.steps = config.get_at_least<int64_t>("rl.steps", 1);
   o.batch_size = config.get_at_least<int64_t>("rl.batch_size", 1);
   o.group_size = config.get_at_least<int64_t>("rl.group_size", 1);
   o.async_level = config.get_at_least<int64_t>("rl.async_level", 0);
   o.url_ttl_s = config.get_at_least<int64_t>("orchestrator.url_ttl_s", 1);
   o.max_upload_bytes = config.get_at_least<int64_t>("orchestrator.max_upload_mib", 1) << 20;
-  o.trainer_token = config.get<std::string>("orchestrator.trainer_token");
+  o.secrets_dir = secrets_dir(config, run_dir);
+  o.signature_window_s = config.get_at_least<int64_t>("orchestrator.signature_window_s", 1);
   o.validation = config.get<bool>("orchestrator.validation");
-  o.validator_token = config.get<std::string>("orchestrator.validator_token");
   o.validation_lease_s = config.get_at_least<int64_t>("orchestrator.validation_lease_s", 1);
   o.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
   o.work_lease_s = config.get_at_least<int64_t>("orchestrator.work_lease_s", 1);
@@ -262,16 +259,33 @@ struct Server::Impl {
   std::atomic<double> backlog_full_at{0};  // when work was last held back for the backlog bound
   std::mutex metrics_mu;
   std::map<std::string, int64_t> refused;  // by reason code, since start
+  NonceWindow nonces;                      // of the node requests signed within the window
 
   explicit Impl(ApiOptions o)
-      : opt(std::move(o)),
+      : opt(with_tokens(std::move(o))),
         state(opt.data_dir / "orchestrator.sqlite", opt.run_id),
         signer(state.url_secret()),
         store(opt.data_dir),
         validating(opt.data_dir / "validating"),
-        rejected(opt.data_dir / "rejected") {
+        rejected(opt.data_dir / "rejected"),
+        nonces(opt.signature_window_s, kMaxNonces) {
     recover();
     routes();
+  }
+
+  // `o` with its tokens loaded or created where it has none; Error for a short one (privileged
+  // requests are never open).
+  static ApiOptions with_tokens(ApiOptions o) {
+    const auto dir = o.secrets_dir.empty() ? o.data_dir / "secrets" : o.secrets_dir;
+    for (auto [role, token] : {std::pair{Role::kTrainer, &o.trainer_token},
+                               std::pair{Role::kValidator, &o.validator_token}}) {
+      if (token->empty()) *token = server_token(dir, role);
+      if (token->size() < kMinTokenChars) {
+        fail("orchestrator", "the {} token has {} characters; at least {} are needed",
+             role_name(role), token->size(), kMinTokenChars);
+      }
+    }
+    return o;
   }
 
   // Puts files back in step with their rows after a crash between a file move and its commit:
@@ -339,6 +353,40 @@ struct Server::Impl {
       return new httplib::ThreadPool(static_cast<size_t>(std::max(n, 2)));
     };
     svr.set_payload_max_length(static_cast<size_t>(opt.max_upload_bytes));
+    // Before a body is read: its size bounded for the route, the caller's token checked.
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      const bool upload = req.method == "PUT" && req.path.starts_with("/upload/");
+      const auto limit = static_cast<size_t>(upload ? opt.max_upload_bytes : opt.max_request_bytes);
+      if (const auto refusal = unbounded_body(req, limit)) {
+        count_refusal(refusal->code);
+        refuse_and_close(res, refusal->status, refusal->code, refusal->message);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (upload) {  // only a URL this server signed gets its (large) body read
+        const UrlCheck check =
+            signer.check("PUT", req.path, req.get_param_value("expires"),
+                         req.get_param_value("sig"), static_cast<int64_t>(now_s()));
+        if (check != UrlCheck::kOk) {
+          const std::string code = check == UrlCheck::kExpired ? "url_expired" : "url_invalid";
+          count_refusal(code);
+          refuse_and_close(res, 403, code, describe(check));
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      if (const auto role = privileged(req); role && !authorized(req, *role)) {
+        count_refusal("unauthorized");
+        log::info("orchestrator: refused {} {} from {}: no valid {} token", req.method, req.path,
+                  req.remote_addr, role_name(*role));
+        refuse_and_close(res, 401, "unauthorized",
+                         fmt::format("{} {} needs the {}'s bearer token (the file {}.token the "
+                                     "orchestrator created under orchestrator.secrets_dir, or "
+                                     "TRELLIS_{}_TOKEN)",
+                                     req.method, req.path, role_name(*role), role_name(*role),
+                                     *role == Role::kTrainer ? "TRAINER" : "VALIDATOR"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
     svr.set_socket_options([](socket_t sock) {  // no SO_REUSEPORT: a port in use is an error
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
@@ -367,8 +415,7 @@ struct Server::Impl {
     svr.Post("/trainer/version",
              guarded([this](const auto& req, auto& res) { trainer_version(req, res); }));
     svr.Post("/nodes", guarded([this](const auto& req, auto& res) { register_node(req, res); }));
-    svr.Get("/nodes", guarded([this](const auto& req, auto& res) {
-              require_trainer(req, "GET /nodes");  // node IPs are for operators only
+    svr.Get("/nodes", guarded([this](const auto&, auto& res) {  // node IPs: operators only
               Json nodes = Json::array();
               for (const Node& n : state.nodes()) nodes.push_back(node_json(n));
               reply_json(res, {{"nodes", nodes}});
@@ -587,7 +634,6 @@ struct Server::Impl {
   // (why was something rejected?); the trainer's token like GET /nodes.
   void list(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "GET /submissions";
-    require_trainer(req, where);
     const std::string status = req.get_param_value("status");
     const auto& statuses = submission_statuses();
     if (!status.empty() && std::find(statuses.begin(), statuses.end(), status) == statuses.end()) {
@@ -611,7 +657,6 @@ struct Server::Impl {
 
   // GET /validation/files/step_<s>/<name>: what a validator checks.
   void validation_file(const httplib::Request& req, httplib::Response& res) {
-    require_validator(req, "GET /validation/files");
     const auto [key, name] = file_of(req);
     if (!state.is_validating(key)) {
       refuse(404, "not_found",
@@ -628,28 +673,63 @@ struct Server::Impl {
 
   // ---- writing ----------------------------------------------------------------------------
 
-  // 401 unless the request carries the validators' bearer token (when one is configured).
-  void require_validator(const httplib::Request& req, const std::string& what) {
-    if (!opt.validator_token.empty() &&
-        req.get_header_value("Authorization") != "Bearer " + opt.validator_token) {
-      refuse(401, "unauthorized",
-             fmt::format("{} needs the validators' bearer token (orchestrator.validator_token)",
-                         what));
+  // The role whose token `req`'s route needs, or nothing for a public or node route.
+  static std::optional<Role> privileged(const httplib::Request& req) {
+    const std::string& p = req.path;
+    if (p.starts_with("/validation/")) return Role::kValidator;
+    if (p == "/trainer/version") return Role::kTrainer;
+    if (req.method == "GET" && (p == "/submissions" || p == "/nodes")) return Role::kTrainer;
+    if (p.starts_with("/nodes/") && p.ends_with("/evict")) return Role::kTrainer;
+    return std::nullopt;
+  }
+
+  static const char* role_name(Role role) {
+    return role == Role::kTrainer ? "trainer" : "validator";
+  }
+
+  // `req` carries `role`'s bearer token (compared in constant time).
+  bool authorized(const httplib::Request& req, Role role) const {
+    const std::string& token = role == Role::kTrainer ? opt.trainer_token : opt.validator_token;
+    return constant_time_equal(req.get_header_value("Authorization"), "Bearer " + token);
+  }
+
+  // The node that signed `req` (common/request_signing.h), which must be `claimed` (the node the
+  // request names): 401 for an unsigned, forged, stale or replayed request, 403 for a signature
+  // by another node.
+  void require_signed_by(const httplib::Request& req, const std::string& claimed,
+                         const std::string& where) {
+    const SignedHeaders h{
+        req.get_header_value(kSignerHeader), req.get_header_value(kTimestampHeader),
+        req.get_header_value(kNonceHeader), req.get_header_value(kSignatureHeader)};
+    const auto now = static_cast<int64_t>(now_s());
+    const SignatureCheck check =
+        check_signed_request(h, state.run_id(), req.method, req.target, req.body, now, nonces);
+    if (check == SignatureCheck::kBusy) {
+      refuse(503, "busy", fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
+    }
+    if (check != SignatureCheck::kOk) {
+      refuse(401, "bad_signature",
+             fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
+    }
+    if (h.signer != claimed) {
+      refuse(403, "wrong_signer",
+             fmt::format("{}: the request names node {} but is signed by {}", where, claimed,
+                         h.signer));
     }
   }
 
-  // 401 unless the request carries the trainer's bearer token (when one is configured).
-  void require_trainer(const httplib::Request& req, const std::string& what) {
-    if (!opt.trainer_token.empty() &&
-        req.get_header_value("Authorization") != "Bearer " + opt.trainer_token) {
-      refuse(401, "unauthorized",
-             fmt::format("{} needs the trainer's bearer token (orchestrator.trainer_token)", what));
+  // 403 unless `address` is a registered node that is not evicted.
+  void require_member(const std::string& address) {
+    const auto n = state.node(address);
+    if (!n) {
+      refuse(403, "not_registered",
+             fmt::format("node {} is not registered: register with POST /nodes first", address));
     }
+    if (n->evicted) refuse(403, "evicted", eviction_message(*n));
   }
 
   void trainer_version(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /trainer/version";
-    require_trainer(req, where);
     const Json body = parse_body(req, where);
     const int64_t version = integer_field(body, "version", 0, INT32_MAX, where);
     std::string key;
@@ -663,34 +743,14 @@ struct Server::Impl {
                {{"policy_version", newest}, {"trainer_public_key", state.trainer_public_key()}});
   }
 
-  // POST /nodes: a node proves it holds its address's key by signing
-  // registration_message(address, timestamp) with a timestamp close to now; its IP is the
+  // POST /nodes: a node proves it holds its address's key by signing the request; its IP is the
   // connection's (never a header), and it joins the allowlist unless evicted.
   void register_node(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /nodes";
     const Json body = parse_body(req, where);
     const std::string address = address_field(body, "address", where);
-    const int64_t timestamp = integer_field(body, "timestamp", 0, INT64_MAX, where);
-    const std::string signature = string_field(body, "signature", where);
-    if (!is_signature_hex(signature)) {
-      refuse(400, "malformed_request",
-             fmt::format("field 'signature' must be 128 hex digits (an Ed25519 signature) ({})",
-                         where));
-    }
-    const int64_t now = static_cast<int64_t>(now_s());
-    if (timestamp < now - kRegistrationWindowS || timestamp > now + kRegistrationWindowS) {
-      refuse(401, "registration_stale",
-             fmt::format("node {}: the registration is signed with timestamp {}, {} s away from "
-                         "the orchestrator's clock ({}); at most {} s are allowed (is the node's "
-                         "clock right?)",
-                         address, timestamp, timestamp - now, now, kRegistrationWindowS));
-    }
-    const std::string message = registration_message(address, timestamp);
-    if (!verify_signature(address, message, signature)) {
-      refuse(401, "registration_signature",
-             fmt::format("node {}: the signature is not this address's Ed25519 signature of '{}'",
-                         address, message));
-    }
+    require_signed_by(req, address, where);
+    const int64_t timestamp = std::stoll(req.get_header_value(kTimestampHeader));  // checked
     const std::string& ip = req.remote_addr;
     const Registration r = state.register_node(address, ip, timestamp, now_s());
     if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
@@ -708,7 +768,6 @@ struct Server::Impl {
   // allowlist (unless another active node shares it).
   void evict(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /nodes/<address>/evict";
-    require_trainer(req, where);
     const std::string address = req.matches[1].str();
     if (!rollout::is_node_address(address)) {
       refuse(400, "malformed_request",
@@ -764,13 +823,6 @@ struct Server::Impl {
                        row.reason.substr(0, 2000)));
   }
 
-  // 403 when `address` is an evicted node.
-  void refuse_evicted(const std::string& address) {
-    if (const auto n = state.node(address); n && n->evicted) {
-      refuse(403, "evicted", eviction_message(*n));
-    }
-  }
-
   // POST /work: what the node generates next (admission.h), or why it waits. A node has one piece
   // of work at a time: asking again while its lease runs returns it (a restarted worker picks it
   // up), its quota held for another orchestrator.work_lease_s.
@@ -781,7 +833,8 @@ struct Server::Impl {
     WorkRequest ask;
     ask.held_version = integer_field(body, "policy_version", -1, INT32_MAX, where);
     ask.max_groups = integer_field(body, "groups", 1, INT32_MAX, where);
-    refuse_evicted(node);
+    require_signed_by(req, node, where);
+    require_member(node);
     std::lock_guard lock(admit_mu);
     const double now = now_s();
     const double expires = now + static_cast<double>(opt.work_lease_s);
@@ -830,13 +883,14 @@ struct Server::Impl {
              fmt::format("field 'sha256' must be 64 lowercase hex digits ({})", where));
     }
     const int64_t size = integer_field(body, "size", 1, INT64_MAX, where);
-    refuse_evicted(key.node_address);
     const std::string what = describe(key);
     if (size > opt.max_upload_bytes) {
       refuse(400, "too_large",
              fmt::format("{}: {} bytes is more than orchestrator.max_upload_mib ({} bytes)", what,
                          size, opt.max_upload_bytes));
     }
+    require_signed_by(req, key.node_address, where);
+    require_member(key.node_address);
     if (key.step >= opt.steps) {
       refuse(409, "step_out_of_range",
              fmt::format("{}: the run has steps 0 to {} (rl.steps = {})", what, opt.steps - 1,
@@ -931,15 +985,9 @@ struct Server::Impl {
   }
 
   void upload(const httplib::Request& req, httplib::Response& res) {
-    const auto [key, name] = file_of(req);
-    const UrlCheck url_check =
-        signer.check("PUT", req.path, req.get_param_value("expires"), req.get_param_value("sig"),
-                     static_cast<int64_t>(now_s()));
-    if (url_check != UrlCheck::kOk) {
-      refuse(403, url_check == UrlCheck::kExpired ? "url_expired" : "url_invalid",
-             describe(url_check));
-    }
-    refuse_evicted(key.node_address);  // a URL handed out before the eviction is void
+    const auto [key, name] = file_of(req);  // its URL was checked before the body was read
+    require_signed_by(req, key.node_address, "upload of " + describe(key));
+    require_member(key.node_address);  // a URL handed out before the eviction is void
     const std::string what = describe(key);
     const auto latest = state.latest(key);
     if (!latest || latest->status != "pending") {
@@ -982,20 +1030,25 @@ struct Server::Impl {
       std::lock_guard lock(decide_mu);
       if (state.is_accepted(key)) refuse(409, "duplicate", what + " is already accepted");
       if (state.is_validating(key)) refuse(409, "in_validation", what + " is being validated");
-      refuse_evicted(key.node_address);  // evicted while the file was being checked
+      require_member(key.node_address);  // evicted while the file was being checked
       if (waiting) {
         waiting->write(key.step, name, bytes);
       } else {
         store.write(key.step, name, bytes);
       }
       const double now = now_s();
-      if (!(waiting ? state.start_validation(key, counts, now) : state.accept(key, counts, now))) {
+      const std::string& sha = latest->sha256;  // the file's, checked above; re-checked here
+      if (!(waiting ? state.start_validation(key, sha, counts, now)
+                    : state.accept(key, sha, counts, now))) {
         if (waiting) {
           waiting->remove(key.step, name);
         } else {
           store.remove(key.step, name);
         }
-        refuse(409, "not_pending", what + " was decided meanwhile (its step may have closed)");
+        refuse(409, "not_pending",
+               what +
+                   " was decided meanwhile (its step may have closed) or its declared SHA-256 "
+                   "changed: request an upload URL again");
       }
       if (!waiting) close_full_steps();
     }
@@ -1024,9 +1077,12 @@ struct Server::Impl {
   // holds, leased to this one for validation_lease_s.
   void claim(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /validation/claim";
-    require_validator(req, where);
     const std::string validator = validator_field(parse_body(req, where), where);
-    const auto s = state.claim(validator, static_cast<double>(opt.validation_lease_s), now_s());
+    auto s = state.claim(validator, static_cast<double>(opt.validation_lease_s), now_s());
+    while (s && std::count(s->claimed_by.begin(), s->claimed_by.end(), ',') >= kMaxClaims) {
+      reject_stalled(*s);  // the file stopped every validator that claimed it
+      s = state.claim(validator, static_cast<double>(opt.validation_lease_s), now_s());
+    }
     Json submission = nullptr;
     if (s) {
       submission = {{"step", s->key.step},
@@ -1053,7 +1109,6 @@ struct Server::Impl {
   // not required, validators being trusted.
   void verdict(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /validation/verdict";
-    require_validator(req, where);
     const Json body = parse_body(req, where);
     SubmissionKey key;
     key.step = integer_field(body, "step", 0, INT32_MAX, where);
@@ -1093,6 +1148,20 @@ struct Server::Impl {
     const std::string status = accept ? accept_verdict(*row, validator, samples_checked)
                                       : reject_verdict(*row, validator, why, samples_checked);
     reply_json(res, {{"status", status}});
+  }
+
+  // Rejects a validating submission that `kMaxClaims` validators claimed and never decided: its
+  // file stopped them (a crash, a hang), and a third would fare no better.
+  void reject_stalled(const Submission& s) {
+    std::lock_guard lock(decide_mu);
+    const auto row = state.latest(s.key);
+    if (!row || row->status != "validating") return;  // decided meanwhile
+    const std::string before = s.claimed_by.substr(0, s.claimed_by.rfind(','));
+    reject_verdict(*row, "orchestrator",
+                   fmt::format("validation: the file stopped {} validators without a verdict "
+                               "({}): each lease of {} s ran out",
+                               kMaxClaims, before, opt.validation_lease_s),
+                   "");
   }
 
   // The accepting half of verdict() (callers hold decide_mu; `row` is validating).

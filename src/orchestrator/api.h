@@ -10,6 +10,12 @@
 //   GET  /metrics                       Prometheus text
 //   GET  /status                        run id, step counter, policy version, trainer public key,
 //                                       run shape, counts
+// Node requests (POST /nodes, /work, /submissions, PUT /upload) are signed by the node's key
+// (common/request_signing.h): the signer must be the node the request names, and /work,
+// /submissions and uploads need a registered node. Privileged requests carry the trainer's or the
+// validators' bearer token (credentials.h), checked before the body is read; every body is bounded
+// before it is read (common/http_limits.h).
+//
 //   POST /work                          {node_address, policy_version, groups} -> {work: {step,
 //                                       submission, groups, expires} or null, reason}: what the
 //                                       node generates next (admission.h); 403 evicted node
@@ -24,26 +30,24 @@
 //                                       pending, 422 rejected
 //   GET  /steps/<s>/accepted            {step, files: [...] in acceptance order, signal_samples}
 //   GET  /rollouts/step_<s>/<name>      the bytes of an accepted file; 404 otherwise
-//   GET  /submissions?status=&step=     {submissions: [...]} in id order (bearer trainer_token
-//                                       when configured)
+//   GET  /submissions?status=&step=     {submissions: [...]} in id order (trainer token)
 //   POST /validation/claim              {validator} -> {submission: the oldest unleased
 //                                       validating one, now leased, or null, policy_version,
-//                                       async_level} (bearer validator_token when configured)
+//                                       async_level} (validator token); a file two validators
+//                                       held without a verdict is rejected instead
 //   GET  /validation/files/step_<s>/<name>
-//                                       the bytes of a validating file; 404 otherwise (bearer
-//                                       validator_token)
+//                                       the bytes of a validating file; 404 otherwise
+//                                       (validator token)
 //   POST /validation/verdict            {step, node_address, submission, accept, reason,
 //                                       validator, checked_samples?} -> {status}; 409 not
-//                                       validating (bearer validator_token)
-//   POST /trainer/version               {version, public_key?} (bearer trainer_token when
-//                                       configured)
-//   POST /nodes                         {address, timestamp, signature}: a node registers from
-//                                       its IP -> {address, ip}; 400 malformed, 401 bad
-//                                       signature, stale or replayed, 403 evicted
-//   GET  /nodes                         {nodes: [...]} every node with its fields (bearer
-//                                       trainer_token when configured)
-//   POST /nodes/<address>/evict         {reason?} (bearer trainer_token when configured): the
-//                                       node is cut off -> the node's fields
+//                                       validating (validator token)
+//   POST /trainer/version               {version, public_key?} (trainer token)
+//   POST /nodes                         {address} signed by it: the node registers from its IP
+//                                       -> {address, ip}; 400 malformed, 401 bad signature,
+//                                       stale or replayed, 403 evicted
+//   GET  /nodes                         {nodes: [...]} every node with its fields (trainer token)
+//   POST /nodes/<address>/evict         {reason?} (trainer token): the node is cut off -> the
+//                                       node's fields
 //   GET  /allowlist                     {revision, ips}: what relays may serve (public)
 //
 // Every error is JSON {"error": "..."} naming what was wrong; no request can crash the server.
@@ -68,11 +72,15 @@ struct ApiOptions {
   int64_t steps = 50, batch_size = 64, group_size = 8, async_level = 2;  // [rl]
   int64_t url_ttl_s = 600;
   int64_t max_upload_bytes = int64_t{256} << 20;
-  std::string trainer_token;  // "" = POST /trainer/version and evictions are open
+  int64_t max_request_bytes = 64 << 10;  // of every body but an upload's
+  // The privileged tokens, at least kMinTokenChars each; "" = server_token(secrets_dir) (created
+  // on the first start, credentials.h).
+  std::string trainer_token, validator_token;
+  std::filesystem::path secrets_dir;  // "" = <data_dir>/secrets
+  int64_t signature_window_s = 60;    // a signed request's timestamp may be this far from now
   // Uploads that pass the orchestrator's checks wait for a validator's verdict; false = they are
   // accepted at once.
   bool validation = true;
-  std::string validator_token;       // "" = the validation endpoints are open
   int64_t validation_lease_s = 120;  // a claim not decided by then goes back to the queue
   bool evict_on_reject = true;       // a node whose file a validator rejects is evicted
   int64_t work_lease_s = 600;        // an assignment holds its step's quota this long
@@ -80,20 +88,14 @@ struct ApiOptions {
   int http_threads = 16;
 };
 
-// How far a registration's timestamp may be from the orchestrator's clock, in seconds.
-inline constexpr int64_t kRegistrationWindowS = 300;
-
-// The message a node signs (Identity::sign_hex) to register: "trellis-register:<address>:<ts>",
-// `timestamp` in unix seconds.
-std::string registration_message(const std::string& address, int64_t timestamp);
-
 // [orchestrator] and [rl] of `config`; data_dir "" means `run_dir`, and the run ID is the run
-// directory's name. Error naming the key for a value out of range.
+// directory's name and 64 random bits (a file made for one run never passes in another of the same
+// name). Error naming the key for a value out of range.
 ApiOptions api_options(const Config& config, const std::filesystem::path& run_dir);
 
 class Server {
  public:
-  // Opens the state database (Error naming it when it cannot).
+  // Loads or creates the tokens and opens the state database (Error naming what failed).
   explicit Server(ApiOptions options);
   ~Server();  // stop()
   Server(const Server&) = delete;

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/hashing.h"
 #include "common/json.h"
+#include "common/request_signing.h"
 #include "orchestrator/api.h"
 
 namespace trellis::orchestrator {
@@ -74,6 +75,29 @@ Json get_json(const std::string& base, const std::string& token, double timeout_
 
 }  // namespace
 
+const std::string& Client::run_id() {
+  if (run_id_.empty()) run_id_ = status().run_id;
+  return run_id_;
+}
+
+namespace {
+
+// The headers that sign `node`'s request (method, target as sent, body) in run `run_id`.
+httplib::Headers signed_by(const Identity& node, const std::string& run_id,
+                           const std::string& method, const std::string& target,
+                           std::string_view body) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  httplib::Headers headers;
+  for (auto& [k, v] : sign_request(node, run_id, method, target, body, now)) {
+    headers.emplace(std::move(k), std::move(v));
+  }
+  return headers;
+}
+
+}  // namespace
+
 Status Client::status() {
   const Json j = get_json(base_url_, token_, timeout_s_, "/status");
   Status s;
@@ -109,13 +133,14 @@ Status Client::status() {
   return s;
 }
 
-WorkAnswer Client::request_work(const std::string& node_address, int64_t held_version,
-                                int64_t max_groups) {
+WorkAnswer Client::request_work(const Identity& node, int64_t held_version, int64_t max_groups) {
   const std::string path = "/work";
   auto c = connect(base_url_, token_, timeout_s_);
-  const Json request{
-      {"node_address", node_address}, {"policy_version", held_version}, {"groups", max_groups}};
-  auto res = c.Post(path, request.dump(), "application/json");
+  const std::string body = Json{
+      {"node_address", node.address()},
+      {"policy_version", held_version},
+      {"groups", max_groups}}.dump();
+  auto res = c.Post(path, signed_by(node, run_id(), "POST", path, body), body, "application/json");
   if (!res || res->status != 200) fail(base_url_ + path, "asking for work failed: {}", reason(res));
   WorkAnswer out;
   try {
@@ -132,17 +157,20 @@ WorkAnswer Client::request_work(const std::string& node_address, int64_t held_ve
   return out;
 }
 
-std::string Client::submit(const std::string& node_address, int64_t step, int64_t submission,
+std::string Client::submit(const Identity& node, int64_t step, int64_t submission,
                            std::string_view file_bytes) {
   const std::string where =
       fmt::format("{}/submissions (step {}, submission {})", base_url_, step, submission);
   auto c = connect(base_url_, token_, timeout_s_);
-  const Json request{{"node_address", node_address},
-                     {"step", step},
-                     {"submission", submission},
-                     {"sha256", sha256_hex(file_bytes)},
-                     {"size", file_bytes.size()}};
-  auto res = c.Post("/submissions", request.dump(), "application/json");
+  const std::string body = Json{
+      {"node_address", node.address()},
+      {"step", step},
+      {"submission", submission},
+      {"sha256", sha256_hex(file_bytes)},
+      {"size",
+       file_bytes.size()}}.dump();
+  auto res = c.Post("/submissions", signed_by(node, run_id(), "POST", "/submissions", body), body,
+                    "application/json");
   if (res && res->status == 409 && code(res) == "dropped") return "dropped";
   if (!res || res->status != 200) fail(where, "upload refused: {}", reason(res));
   std::string url;
@@ -151,7 +179,8 @@ std::string Client::submit(const std::string& node_address, int64_t step, int64_
   } catch (const std::exception& e) {
     fail(where, "no upload_url in the answer: {}", e.what());
   }
-  auto put = c.Put(url, file_bytes.data(), file_bytes.size(), "application/vnd.apache.parquet");
+  auto put = c.Put(url, signed_by(node, run_id(), "PUT", url, file_bytes), file_bytes.data(),
+                   file_bytes.size(), "application/vnd.apache.parquet");
   if (put && put->status == 409 && code(put) == "dropped") return "dropped";
   if (!put || (put->status != 200 && put->status != 202)) {
     fail(where, "upload rejected: {}", reason(put));
@@ -202,14 +231,10 @@ void Client::publish_version(int64_t version, const std::string& public_key) {
 }
 
 void Client::register_node(const Identity& node) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  const Json body{{"address", node.address()},
-                  {"timestamp", now},
-                  {"signature", node.sign_hex(registration_message(node.address(), now))}};
+  const std::string body = Json{{"address", node.address()}}.dump();
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post("/nodes", body.dump(), "application/json");
+  auto res =
+      c.Post("/nodes", signed_by(node, run_id(), "POST", "/nodes", body), body, "application/json");
   if (!res || res->status != 200) {
     fail(base_url_ + "/nodes", "registering node {} failed: {}", node.address(), reason(res));
   }

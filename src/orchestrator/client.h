@@ -89,16 +89,18 @@ class Client {
   ~Client();
 
   Status status();
-  // POST /work: what `node_address`, holding policy version `held_version` (-1: none), generates
-  // next, in files of at most `max_groups` groups; its open work when it has some.
-  WorkAnswer request_work(const std::string& node_address, int64_t held_version,
-                          int64_t max_groups);
+  // Node requests are signed by the node's key (common/request_signing.h) for this run (the
+  // run ID comes from the first GET /status).
+
+  // POST /work: what `node`, holding policy version `held_version` (-1: none), generates next, in
+  // files of at most `max_groups` groups; its open work when it has some.
+  WorkAnswer request_work(const Identity& node, int64_t held_version, int64_t max_groups);
   // POST /submissions (node, step, submission, sha256, size) for a signed upload URL, then PUT
   // the bytes there. Returns the upload's status: "validating" (it waits for a validator's
   // verdict), "accepted" (the orchestrator runs without validators) or "dropped" (the step filled
   // before the file came: it is not needed, and not held against the node); Error with the
   // server's reason when the upload is refused or rejected.
-  std::string submit(const std::string& node_address, int64_t step, int64_t submission,
+  std::string submit(const Identity& node, int64_t step, int64_t submission,
                      std::string_view file_bytes);
   // GET /steps/<step>/accepted
   std::vector<AcceptedFile> accepted(int64_t step);
@@ -108,8 +110,8 @@ class Client {
   // `public_key` (64 hex digits) is recorded as the key that signs its checkpoint manifests.
   void publish_version(int64_t version, const std::string& public_key = "");
 
-  // POST /nodes: registers `node` (its address, signed with the current time) from this
-  // machine's IP, so that relays serve it. Error when refused (e.g. the node was evicted).
+  // POST /nodes: registers `node` from this machine's IP, so that relays serve it and it may ask
+  // for work. Error when refused (e.g. the node was evicted).
   void register_node(const Identity& node);
   // POST /nodes/<address>/evict (needs the trainer token): `address` is refused from now on.
   void evict(const std::string& address, const std::string& reason);
@@ -136,7 +138,9 @@ class Client {
   const std::string& base_url() const { return base_url_; }
 
  private:
-  std::string base_url_, token_;
+  const std::string& run_id();  // from the first GET /status: signed requests name it
+
+  std::string base_url_, token_, run_id_;
   double timeout_s_;
 };
 

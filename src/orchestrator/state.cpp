@@ -573,33 +573,35 @@ bool State::is_accepted(const SubmissionKey& key) { return has_status(key, "acce
 
 bool State::is_validating(const SubmissionKey& key) { return has_status(key, "validating"); }
 
-bool State::accept(const SubmissionKey& key, const FileCounts& counts, double now) {
+bool State::accept(const SubmissionKey& key, const std::string& sha256, const FileCounts& counts,
+                   double now) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
   Stmt q(db_,
          "UPDATE submissions SET status = 'accepted', samples = ?, signal_samples = ?, "
          "completion_tokens = ?, uploaded_at = ?, decided_at = ?, accept_seq = (SELECT "
          "COALESCE(MAX(accept_seq), 0) + 1 FROM submissions) WHERE step = ? AND node = ? AND "
-         "submission = ? AND status = 'pending'",
+         "submission = ? AND status = 'pending' AND sha256 = ?",
          path_);
   q.bind(counts.samples).bind(counts.signal_samples).bind(counts.completion_tokens);
-  q.bind(now).bind(now).bind(key.step).bind(key.node_address).bind(key.submission);
+  q.bind(now).bind(now).bind(key.step).bind(key.node_address).bind(key.submission).bind(sha256);
   q.step();
   const bool changed = sqlite3_changes(db_) == 1;
   tx.commit();
   return changed;
 }
 
-bool State::start_validation(const SubmissionKey& key, const FileCounts& counts, double now) {
+bool State::start_validation(const SubmissionKey& key, const std::string& sha256,
+                             const FileCounts& counts, double now) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
   Stmt q(db_,
          "UPDATE submissions SET status = 'validating', samples = ?, signal_samples = ?, "
          "completion_tokens = ?, uploaded_at = ? WHERE step = ? AND node = ? AND submission = ? "
-         "AND status = 'pending'",
+         "AND status = 'pending' AND sha256 = ?",
          path_);
   q.bind(counts.samples).bind(counts.signal_samples).bind(counts.completion_tokens).bind(now);
-  q.bind(key.step).bind(key.node_address).bind(key.submission);
+  q.bind(key.step).bind(key.node_address).bind(key.submission).bind(sha256);
   q.step();
   const bool changed = sqlite3_changes(db_) == 1;
   tx.commit();
@@ -632,7 +634,8 @@ std::optional<Submission> State::claim(const std::string& validator, double leas
   q.bind(now);
   if (!q.step()) return std::nullopt;
   Submission s = q.submission();
-  s.claimed_by = validator;
+  // Every claimant in order: a lease that ran out without a verdict stays on the record.
+  s.claimed_by = s.claimed_by.empty() ? validator : s.claimed_by + ", " + validator;
   s.lease_expires = now + lease_s;
   Stmt lease(db_, "UPDATE submissions SET claimed_by = ?, lease_expires = ? WHERE id = ?", path_);
   lease.bind(s.claimed_by).bind(s.lease_expires).bind(s.id).step();

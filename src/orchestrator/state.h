@@ -182,16 +182,20 @@ class State {
   bool is_accepted(const SubmissionKey& key);
   bool is_validating(const SubmissionKey& key);
   // The pending row of `key`, whose upload passed the orchestrator's checks, becomes accepted
-  // (no validators) or validating (false when there is none: decided meanwhile).
-  bool accept(const SubmissionKey& key, const FileCounts& counts, double now);
-  bool start_validation(const SubmissionKey& key, const FileCounts& counts, double now);
+  // (no validators) or validating; false when there is none (decided meanwhile) or its declared
+  // hash is no longer `sha256` (the file's: re-checked at commit).
+  bool accept(const SubmissionKey& key, const std::string& sha256, const FileCounts& counts,
+              double now);
+  bool start_validation(const SubmissionKey& key, const std::string& sha256,
+                        const FileCounts& counts, double now);
   // The pending row of `key` becomes rejected with `reason` (false when there is none).
   bool reject(const SubmissionKey& key, const std::string& reason, double now);
 
   // The validating submission of the lowest step (the one the trainer needs next), oldest upload
   // first, that no lease holds (never claimed, or its lease ended by `now`), now leased to
   // `validator` until now + lease_s; nothing when none waits. Two callers never get the same
-  // submission while its lease runs.
+  // submission while its lease runs. Its claimed_by lists every validator that claimed it, in
+  // order ("a, b"): leases that ran out without a verdict stay on the record.
   std::optional<Submission> claim(const std::string& validator, double lease_s, double now);
   // The validating row of `key` becomes accepted, decided by `validator`, next in acceptance
   // order (false when there is none: decided meanwhile).

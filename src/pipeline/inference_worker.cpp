@@ -169,7 +169,7 @@ class Worker {
     const double t0 = now_s();
     orchestrator::WorkAnswer answer;
     try {
-      answer = client_.request_work(identity_->address(), version_, groups_per_submission_);
+      answer = client_.request_work(*identity_, version_, groups_per_submission_);
     } catch (const Error& e) {
       log::warn("{}", e.what());
     }
@@ -295,7 +295,7 @@ class Worker {
   std::string upload(int64_t step, int64_t submission, const std::string& file) {
     while (!stop_) {
       try {
-        return client_.submit(identity_->address(), step, submission, file);
+        return client_.submit(*identity_, step, submission, file);
       } catch (const Error& e) {
         try {
           client_.status();

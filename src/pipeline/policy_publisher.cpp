@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "model/checkpoint.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 
 namespace trellis::pipeline {
 namespace fs = std::filesystem;
@@ -20,7 +21,7 @@ PolicyPublisher::PolicyPublisher(const Config& config, const fs::path& run_dir,
         return Identity::load_or_create(key);
       }()),
       orchestrator_url_(orchestrator::client_url(config)),
-      trainer_token_(config.get<std::string>("orchestrator.trainer_token")),
+      trainer_token_(orchestrator::client_token(config, run_dir, orchestrator::Role::kTrainer)),
       stop_(stop) {
   origin_dir_ = config.get<std::string>("shardcast.origin_dir");
   if (origin_dir_.empty()) origin_dir_ = run_dir / "shardcast" / "origin";

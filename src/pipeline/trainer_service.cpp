@@ -14,6 +14,7 @@
 #include "model/checkpoint.h"
 #include "model/flops.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 #include "pipeline/policy_publisher.h"
 #include "pipeline/rollout_rows.h"
 #include "rl/advantages.h"
@@ -40,7 +41,7 @@ class TrainerService {
         stop_(stop),
         cfg_(rl::RlLoopConfig::from_config(config)),
         client_(orchestrator::client_url(config),
-                config.get<std::string>("orchestrator.trainer_token")) {
+                orchestrator::client_token(config, run_dir, orchestrator::Role::kTrainer)) {
     poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
     base_model_ = config.get<std::string>("model.path");
     if (base_model_.empty())

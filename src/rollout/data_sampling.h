@@ -24,9 +24,17 @@
 
 namespace trellis::rollout {
 
-// `count` prompt indices in [0, dataset_size).
+// The most prompts one draw may ask for (sample_prompt_indices' count).
+inline constexpr int64_t kMaxDrawCount = int64_t{1} << 24;
+
+// `count` prompt indices in [0, dataset_size). Error unless 0 <= count <= kMaxDrawCount.
 std::vector<int64_t> sample_prompt_indices(const std::string& node_address, int64_t step,
                                            int64_t submission, int64_t count, int64_t dataset_size);
+
+// Index `place` of that draw alone (sample_prompt_indices(...)[place], in constant time): what a
+// validator recomputes for one group. Error unless place >= 0.
+int64_t sample_prompt_index(const std::string& node_address, int64_t step, int64_t submission,
+                            int64_t place, int64_t dataset_size);
 
 // The base sampling seed of a draw: the first 8 bytes of SHA-256("address:step:submission:
 // sampling") (little-endian), shifted right by one so that seeds fit the file's int64 column.
@@ -40,7 +48,8 @@ struct DrawCoordinates {
 
 std::string drawn_task_id(const std::string& task_id, const DrawCoordinates& draw);
 // Splits a task_id written by drawn_task_id() into the dataset's task id and the draw; nullopt
-// for a plain task_id (no '@' followed by three non-negative decimal numbers at the end).
+// for a plain task_id (no '@' followed by three decimal numbers in [0, 2^31) at the end: each
+// coordinate must fit the file's int32 columns, whatever an untrusted worker wrote).
 std::optional<std::pair<std::string, DrawCoordinates>> parse_drawn_task_id(
     const std::string& task_id);
 

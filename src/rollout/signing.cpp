@@ -6,11 +6,12 @@
 namespace trellis::rollout {
 
 SignBody sign_body_with(const Identity& identity) {
-  return [identity](std::string_view body) -> KeyValues {
-    const Sha256 hash = sha256(body);
-    const std::string_view raw(reinterpret_cast<const char*>(hash.data()), hash.size());
-    return {{kBodySha256Key, to_hex(raw)}, {kSignatureKey, identity.sign_hex(raw)}};
+  SignBody sign;
+  sign.body_metadata = [](std::string_view body) -> KeyValues {
+    return {{kBodySha256Key, sha256_hex(body)}};
   };
+  sign.sign_file = [identity](std::string_view message) { return identity.sign_hex(message); };
+  return sign;
 }
 
 void verify_file_signature(const RolloutFile& file, const std::string& node_address,
@@ -25,8 +26,14 @@ void verify_file_signature(const RolloutFile& file, const std::string& node_addr
     fail(where, "the file body does not match its {} (the body was changed after signing)",
          kBodySha256Key);
   }
-  if (!verify_signature(node_address, raw, signature)) {
-    fail(where, "{} is not node {}'s signature of the file body", kSignatureKey, node_address);
+  if (file.footer_sha256.size() != 64)
+    fail(where, "the file's footer was not hashed (decode it with decode_rollout_file)");
+  if (!verify_signature(node_address, file_signature_message(hash, file.footer_sha256),
+                        signature)) {
+    fail(where,
+         "{} is not node {}'s signature of the file (its body and footer: the file was changed "
+         "after signing, or another key signed it)",
+         kSignatureKey, node_address);
   }
 }
 

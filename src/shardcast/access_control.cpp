@@ -23,6 +23,11 @@ bool is_ipv6(const std::string& text) {
 
 }  // namespace
 
+bool is_ip_address(const std::string& text) {
+  uint32_t ignored = 0;
+  return parse_ipv4(text, ignored) || is_ipv6(text);
+}
+
 bool ip_matches(const std::string& ip, const std::string& entry) {
   const auto slash = entry.find('/');
   if (slash == std::string::npos) return ip == entry;
@@ -73,10 +78,27 @@ bool AccessControl::allowed(const std::string& ip) const {
                      [&](const std::string& e) { return ip_matches(ip, e); });
 }
 
+void AccessControl::forget_full(Buckets& buckets, size_t& swept_at, double now_s, double rate,
+                                double capacity) {
+  constexpr size_t kMinSweep = 1024;
+  if (buckets.size() < std::max(kMinSweep, 2 * swept_at)) return;
+  std::erase_if(buckets, [&](const auto& entry) {
+    const Bucket& b = entry.second;
+    return b.tokens + (now_s - b.last_s) * rate >= capacity;
+  });
+  swept_at = buckets.size();
+}
+
+size_t AccessControl::tracked_clients() const {
+  std::lock_guard lock(mu_);
+  return requests_.size() + bytes_.size();
+}
+
 bool AccessControl::admit_request(const std::string& ip, double now_s) {
   if (limits_.requests_per_s <= 0) return true;
   const double burst = limits_.burst > 0 ? limits_.burst : std::max(1.0, limits_.requests_per_s);
   std::lock_guard lock(mu_);
+  forget_full(requests_, requests_swept_at_, now_s, limits_.requests_per_s, burst);
   Bucket& b = requests_[ip];
   b.tokens = b.last_s < 0 ? burst
                           : std::min(burst, b.tokens + (now_s - b.last_s) * limits_.requests_per_s);
@@ -90,8 +112,9 @@ double AccessControl::reserve_bytes(const std::string& ip, int64_t bytes, double
   if (limits_.bytes_per_s <= 0) return 0;
   std::lock_guard lock(mu_);
   // The bucket may go negative: a debt paid back at the limit, which is how long to wait.
-  Bucket& b = bytes_[ip];
   const double capacity = limits_.bytes_per_s / 10;  // 100 ms of burst
+  forget_full(bytes_, bytes_swept_at_, now_s, limits_.bytes_per_s, capacity);
+  Bucket& b = bytes_[ip];
   b.tokens = b.last_s < 0 ? capacity
                           : std::min(capacity, b.tokens + (now_s - b.last_s) * limits_.bytes_per_s);
   b.last_s = now_s;

@@ -22,6 +22,8 @@ struct AccessLimits {
 
 // Whether `ip` matches `entry`: an exact address, or an IPv4 network "a.b.c.d/n".
 bool ip_matches(const std::string& ip, const std::string& entry);
+// Whether `text` is one IPv4 or IPv6 address (no network, no name, nothing else).
+bool is_ip_address(const std::string& text);
 // Error naming `where` unless `entry` is an IPv4 address, an IPv4 CIDR or an IPv6 address.
 void check_allowlist_entry(const std::string& entry, const std::string& where);
 
@@ -41,17 +43,26 @@ class AccessControl {
   double reserve_bytes(const std::string& ip, int64_t bytes, double now_s);
 
   const AccessLimits& limits() const { return limits_; }
+  // Clients with a bucket in memory (a full bucket is forgotten: the same as a new one).
+  size_t tracked_clients() const;
 
  private:
   struct Bucket {
     double tokens = 0, last_s = -1;
   };
+  using Buckets = std::map<std::string, Bucket>;
+  // Forgets the buckets of `buckets` that have refilled to `capacity` by `now_s`, once the map
+  // has doubled since the last sweep: memory stays proportional to the clients of the last few
+  // seconds, however many addresses a flood comes from.
+  static void forget_full(Buckets& buckets, size_t& swept_at, double now_s, double rate,
+                          double capacity);
   AccessLimits limits_;
   mutable std::mutex mu_;
   std::vector<std::string> static_;
   std::set<std::string> dynamic_;
   bool dynamic_set_ = false;
-  std::map<std::string, Bucket> requests_, bytes_;
+  Buckets requests_, bytes_;
+  size_t requests_swept_at_ = 0, bytes_swept_at_ = 0;
 };
 
 }  // namespace trellis::shardcast

@@ -88,7 +88,12 @@ Manifest manifest_from_json(const Json& json, const std::string& where) {
   if (json_required<std::string>(json, "format", where) != kFormat)
     fail(where, "unknown manifest format '{}' (expected {})", json.at("format").get<std::string>(),
          kFormat);
-  if (!json.at("versions").is_array()) fail(where, "field 'versions' must be an array");
+  if (!json.contains("versions") || !json.at("versions").is_array())
+    fail(where, "missing array field 'versions'");
+  if (json.at("versions").size() > kMaxManifestVersions) {
+    fail(where, "{} versions, more than the limit of {}", json.at("versions").size(),
+         kMaxManifestVersions);
+  }
   Manifest m;
   for (size_t i = 0; i < json.at("versions").size(); ++i) {
     const Json& j = json.at("versions")[i];
@@ -111,6 +116,9 @@ Manifest manifest_from_json(const Json& json, const std::string& where) {
       fail(at, "versions must be listed in ascending order without repeats");
     if (!j.contains("shards") || !j.at("shards").is_array())
       fail(at, "missing array field 'shards'");
+    if (j.at("shards").size() > kMaxManifestShards) {
+      fail(at, "{} shards, more than the limit of {}", j.at("shards").size(), kMaxManifestShards);
+    }
     int64_t total = 0;
     for (size_t k = 0; k < j.at("shards").size(); ++k) {
       const std::string sat = fmt::format("{}.shards[{}]", at, k);
@@ -120,6 +128,8 @@ Manifest manifest_from_json(const Json& json, const std::string& where) {
       const bool last = k + 1 == j.at("shards").size();
       if (s.size <= 0 || s.size > v.shard_size || (!last && s.size != v.shard_size))
         fail(sat, "shard size {} does not fit shard_size {}", s.size, v.shard_size);
+      if (s.size > v.size - total)  // total <= v.size: no overflow
+        fail(sat, "the shard sizes add up to more than the file's {} bytes", v.size);
       total += s.size;
       v.shards.push_back(std::move(s));
     }
@@ -131,6 +141,9 @@ Manifest manifest_from_json(const Json& json, const std::string& where) {
 }
 
 Manifest parse_manifest(std::string_view text, const std::string& where) {
+  if (text.size() > kMaxManifestBytes) {
+    fail(where, "manifest is {} bytes, more than the limit of {}", text.size(), kMaxManifestBytes);
+  }
   return manifest_from_json(parse_json(text, where), where);
 }
 

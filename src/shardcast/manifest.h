@@ -56,9 +56,16 @@ struct Manifest {
   void erase(int64_t version);
 };
 
+// Budgets for a manifest from a server, checked before anything is allocated for what they bound.
+// 2^16 shards of the default 50 MiB are 3.2 TiB; a version of that many is ~6 MB of JSON.
+inline constexpr size_t kMaxManifestBytes = size_t{64} << 20;
+inline constexpr size_t kMaxManifestVersions = 1024;
+inline constexpr size_t kMaxManifestShards = size_t{1} << 16;  // per version
+
 Json to_json(const Manifest& manifest);
 // Strict: Error naming `where` and the field on anything malformed (sizes that do not add up,
-// hashes that are not hex, versions out of order, a shard count that does not match the sizes).
+// hashes that are not hex, versions out of order, a shard count that does not match the sizes)
+// and on a manifest over the budgets above (parse_manifest checks the text's size first).
 Manifest manifest_from_json(const Json& json, const std::string& where);
 Manifest parse_manifest(std::string_view text, const std::string& where);
 

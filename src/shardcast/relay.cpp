@@ -12,6 +12,10 @@
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
 
+namespace {
+constexpr size_t kMaxAllowlist = 1'000'000;  // addresses in one allowlist from the orchestrator
+}  // namespace
+
 RelaySettings RelaySettings::from_config(const Config& config, const fs::path& run_dir) {
   RelaySettings s;
   s.name = config.get<std::string>("relay.name");
@@ -187,6 +191,16 @@ void Relay::refresh_allowlist() {
     const Json j = parse_json(body, url);
     const auto revision = json_required<int64_t>(j, "revision", url);
     const auto ips = json_required<std::vector<std::string>>(j, "ips", url);
+    // Each entry becomes an nginx `allow` line: only plain addresses pass ("all", a network or
+    // an injected directive would open the relay to everyone).
+    if (ips.size() > kMaxAllowlist) {
+      fail(url, "{} addresses; a relay takes at most {}", ips.size(), kMaxAllowlist);
+    }
+    for (size_t i = 0; i < ips.size(); ++i) {
+      if (!is_ip_address(ips[i])) {
+        fail(url, "ips[{}] = '{}' is not an IP address", i, ips[i].substr(0, 100));
+      }
+    }
     // Compared by content: a replaced orchestrator starts its revisions again.
     if (allowlist_ && *allowlist_ == ips) return;
     server_.access().set_dynamic(ips);

@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include "common/error.h"
+#include "common/http_limits.h"
 #include "common/json.h"
 #include "common/logging.h"
 
@@ -49,6 +50,11 @@ void ShardServer::routes() {
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Every route is a GET: no body is ever read.
+    if (const auto refusal = unbounded_body(req, 0)) {
+      refuse_and_close(res, refusal->status, refusal->code, refusal->message);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.path == "/healthz" || req.path == "/metrics")
       return httplib::Server::HandlerResponse::Unhandled;
     if (!access_.allowed(req.remote_addr)) {

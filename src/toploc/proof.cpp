@@ -105,6 +105,9 @@ std::string build_proof(std::span<const uint16_t> rows, size_t hidden, const Pro
 std::vector<ChunkProof> parse_proof(std::string_view bytes, const ProofConfig& config,
                                     const std::string& where) {
   const size_t size = chunk_proof_bytes(config.k);
+  if (bytes.size() > kMaxProofBytes) {
+    fail(where, "proof is {} bytes, more than the limit of {}", bytes.size(), kMaxProofBytes);
+  }
   if (bytes.size() % size != 0) {
     fail(where, "proof is {} bytes, not a whole number of {}-byte chunk proofs (k = {})",
          bytes.size(), size, config.k);

@@ -57,8 +57,12 @@ ChunkProof parse_chunk_proof(std::string_view bytes, size_t k, const std::string
 // the span is not a whole number of rows, a chunk has fewer than k values, or a value is NaN/Inf.
 std::string build_proof(std::span<const uint16_t> rows, size_t hidden,
                         const ProofConfig& config = {});
+// The largest sequence proof parse_proof reads: 65,536 chunk proofs of k = 128 (2M rows at 32 rows
+// a chunk) and some. Checked before anything is allocated for the chunks.
+inline constexpr size_t kMaxProofBytes = size_t{17} << 20;
+
 // Splits and parses a sequence's proof; fail-closed like parse_chunk_proof, and Error unless the
-// length is a whole number of chunk proofs.
+// length is a whole number of chunk proofs and at most kMaxProofBytes.
 std::vector<ChunkProof> parse_proof(std::string_view bytes, const ProofConfig& config,
                                     const std::string& where);
 

@@ -32,6 +32,9 @@ Rules Rules::from_config(const Config& config, int64_t dataset_size) {
     fail("validator.sample_fraction", "is a fraction of a file's rows, at most 1, got {}",
          r.sample_fraction);
   r.min_samples = config.get_at_least<int64_t>("validator.min_samples", 0);
+  r.max_file_seconds = config.get_at_least<double>("validator.max_file_seconds", 0);
+  r.max_file_rows = config.get_at_least<int64_t>("validator.max_file_rows", 1);
+  r.max_reward_checks = config.get_at_least<int64_t>("validator.max_reward_checks", 1);
   return r;
 }
 

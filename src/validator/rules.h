@@ -15,6 +15,13 @@
 
 namespace trellis::validator {
 
+// What the policy's architecture admits (0 = unknown): token ids below `vocab` (the smaller of
+// the tokenizer's and the model's), and at most `context` positions in a prompt and completion.
+struct ModelLimits {
+  int64_t vocab = 0;
+  int64_t context = 0;
+};
+
 struct Rules {
   rl::RolloutOptions rollout;  // G, max_tokens, sampling, system prompt, length reward, truncation
   bool normalize_std = true;   // advantages (R - mean) / (std + 1e-6), else R - mean
@@ -40,6 +47,12 @@ struct Rules {
 
   double sample_fraction = 0.25;  // of a file's completions checked by prefill
   int64_t min_samples = 4;        // ... at least this many (or all, when fewer)
+
+  // What one file may cost a validator (docs/validation.md#limits): a file over these is
+  // rejected. The verifier runs again on a random sample of at most max_reward_checks completions.
+  double max_file_seconds = 100;   // 0 = no limit
+  int64_t max_file_rows = 4096;    // rows
+  int64_t max_reward_checks = 64;  // completions whose reward the verifier recomputes
 
   // From [rl], [env], [infer], [toploc] and [validator]; `dataset_size` is the run's task source's
   // (0 for generated tasks: infer.dataset_size applies). Error naming the key for a bad value.

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "engine/sampler.h"
 #include "toploc/proof_builder.h"
+#include "validator/file_checks.h"
 
 namespace trellis::validator {
 namespace {
@@ -122,8 +123,20 @@ SampleResult judge(const rollout::RolloutRecord& row, size_t row_index, const Ru
   s.tokens = n;
   if (!torch::isfinite(r.hidden).all().item<bool>() ||
       !torch::isfinite(r.logits).all().item<bool>())
-    fail(fmt::format("row {}", row_index),
-         "the validator's own prefill produced non-finite values; it cannot judge this row");
+    throw CannotJudge(
+        "the validator's own prefill produced non-finite values; it cannot judge this row",
+        fmt::format("row {}", row_index));
+  // The model's logits may be narrower than the tokenizer (ids were checked below `vocab`).
+  vocab = std::min<int64_t>(vocab, r.logits.size(1));
+  for (int64_t i = 0; i < n; ++i) {
+    if (row.completion_tokens[i] >= vocab) {
+      result.findings.push_back(
+          {"schema", fmt::format("row {}: completion token id {} is outside the model's "
+                                 "vocabulary (0..{})",
+                                 row_index, row.completion_tokens[i], vocab - 1)});
+      return result;
+    }
+  }
 
   // TOPLOC: the committed rows are 1 .. N-1 (the prefill row that produced token 0 is not).
   if (rules.proofs || !row.proof.empty()) {
@@ -191,10 +204,24 @@ std::vector<SampleResult> check_samples(const std::vector<const rollout::Rollout
                                         const std::vector<size_t>& row_indices, const Rules& rules,
                                         const std::vector<int32_t>& stops, int64_t vocab,
                                         const ModelOf& model_of) {
-  const auto recomputed = recompute(rows, model_of);
-  std::vector<SampleResult> results;
-  for (size_t r = 0; r < rows.size(); ++r)
-    results.push_back(judge(*rows[r], row_indices[r], rules, stops, vocab, recomputed[r]));
+  // Rows whose fields are not sane are findings, and are not recomputed.
+  std::vector<SampleResult> results(rows.size());
+  std::vector<const rollout::RolloutRecord*> sane;
+  std::vector<size_t> sane_at;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (auto f = check_row_fields(*rows[r], row_indices[r], rules, vocab, 0)) {
+      results[r].findings.push_back(std::move(*f));
+    } else {
+      sane.push_back(rows[r]);
+      sane_at.push_back(r);
+    }
+  }
+  if (sane.empty()) return results;
+  const auto recomputed = recompute(sane, model_of);
+  for (size_t k = 0; k < sane.size(); ++k) {
+    const size_t r = sane_at[k];
+    results[r] = judge(*rows[r], row_indices[r], rules, stops, vocab, recomputed[k]);
+  }
   return results;
 }
 

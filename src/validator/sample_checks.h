@@ -47,10 +47,11 @@ struct SampleResult {
   SampleStats stats;
 };
 
-// Checks row `row_index` of a file (already through check_file: lengths and ids are sane).
-// `vocab` is the tokenizer's size (the engine samples ids below it); `stops` the stop ids.
-// Error (not a finding) when our own recomputed rows are not finite: the validator, not the
-// worker, cannot judge then.
+// Checks row `row_index` of a file. `vocab` is the tokenizer's size (the engine samples ids below
+// it; the model's logits bound it too); `stops` the stop ids. The row's fields are range-checked
+// first (check_row_fields, file_checks.h): a row that fails is a "schema" finding, not recomputed.
+// CannotJudge (not a finding) when our own recomputed rows are not finite: the validator, not the
+// worker, cannot judge then. Exceptions of `model_of` pass through.
 SampleResult check_sample(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
                           const std::vector<int32_t>& stops, int64_t vocab,
                           const ModelOf& model_of);

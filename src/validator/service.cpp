@@ -9,6 +9,7 @@
 #include "model/hf_config.h"
 #include "model/prompting.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 #include "validator/policy_cache.h"
 #include "validator/validator.h"
 
@@ -26,7 +27,7 @@ class Service {
           const std::atomic<bool>& stop)
       : stop_(stop),
         client_(orchestrator::client_url(config),
-                config.get<std::string>("orchestrator.validator_token")) {
+                orchestrator::client_token(config, run_dir, orchestrator::Role::kValidator)) {
     name_ = config.get<std::string>("validator.name");
     poll_s_ = config.get_at_least<double>("validator.poll_s", 0.01);
     fs::path key_file = config.get<std::string>("validator.key_file");
@@ -35,13 +36,22 @@ class Service {
     const fs::path base_model = config.get<std::string>("model.path");
     if (base_model.empty())
       fail("model.path", "no model: set [model] path (the tokenizer and architecture)");
-    prompting_ = std::make_unique<model::Prompting>(
-        model::Prompting::load(base_model, model::HfConfig::load(base_model)));
+    const auto architecture = model::HfConfig::load(base_model);
+    prompting_ =
+        std::make_unique<model::Prompting>(model::Prompting::load(base_model, architecture));
     policies_ = std::make_unique<PolicyCache>(config, run_dir / "policies" / name_, base_model,
                                               compute, stop);
+    // A policy that cannot be fetched or loaded is our problem, not the file's: no verdict.
+    const ModelOf model_of = [this](int64_t v) -> model::Transformer& {
+      try {
+        return policies_->model(v);
+      } catch (const std::exception& e) {
+        throw CannotJudge(fmt::format("policy version {} is not available: {}", v, e.what()));
+      }
+    };
     validator_ = std::make_unique<Validator>(
-        config, *prompting_,
-        [this](int64_t v) -> model::Transformer& { return policies_->model(v); });
+        config, *prompting_, model_of,
+        ModelLimits{architecture.vocab_size, architecture.max_position_embeddings});
     log::info(
         "validator {} ({}), orchestrator {}; {} of each file's completions (at least {}) "
         "checked by prefill",
@@ -52,9 +62,11 @@ class Service {
   void run() {
     double last_warning = -1e9;
     while (!stop_) {
+      // The orchestrator unreachable, a download that failed, a policy we cannot fetch: no
+      // verdict (the lease runs out and the file is offered again), and the service carries on.
       try {
         if (!validate_one()) sleep();
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         if (now_s() - last_warning > 10) {
           log::warn("{}", e.what());
           last_warning = now_s();
@@ -98,8 +110,13 @@ class Service {
     Report report;
     try {
       report = validator_->validate(bytes, expected);
-    } catch (const Error& e) {
+    } catch (const CannotJudge& e) {
       throw Error(fmt::format("cannot judge {} (left for another try): {}", what, e.what()));
+    } catch (const std::exception& e) {
+      // validate() turns a bad file into findings; anything left is still the file's doing.
+      report = Report{};
+      report.findings.push_back({"schema", fmt::format("checking the file failed: {}", e.what())});
+      report.reason = report.findings.back().text();
     }
     const std::string decided =
         client_.post_verdict(claim.key, report.accepted, report.reason, name_, report.checked);

@@ -8,12 +8,21 @@
 #include "env/registry.h"
 #include "rl/rl_loop.h"
 #include "rollout/signing.h"
+#include "validator/budget.h"
 
 namespace trellis::validator {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+double now_s() { return Budget::now_s(); }
+
+// Completions recomputed per packed forward: the budget is checked between forwards.
+constexpr size_t kRowsPerForward = 16;
+
+// "rows 3, 7, 9" for a reason.
+std::string row_list(const std::vector<size_t>& rows) {
+  std::string out = rows.size() == 1 ? "row " : "rows ";
+  for (size_t i = 0; i < rows.size(); ++i) out += (i ? ", " : "") + std::to_string(rows[i]);
+  return out;
 }
 
 // Every row must be the expected submission's: the orchestrator checked this at upload, and a
@@ -59,9 +68,11 @@ std::string Report::summary() const {
       file_seconds, static_cast<double>(tokens) / std::max(seconds, 1e-9));
 }
 
-Validator::Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of)
+Validator::Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of,
+                     ModelLimits limits)
     : prompting_(prompting),
       model_of_(std::move(model_of)),
+      limits_(limits),
       environment_(env::make_environment(config)),
       stops_(stop_ids(prompting)),
       rng_(std::random_device{}()) {
@@ -83,46 +94,86 @@ std::vector<size_t> Validator::choose_rows(size_t rows) {
   return all;
 }
 
+void Validator::check_models(const rollout::RolloutFile& file, Budget& budget, Report& report) {
+  int64_t vocab = prompting_.tok.vocab_size();
+  if (limits_.vocab > 0) vocab = std::min(vocab, limits_.vocab);
+  // A policy download is not the file's doing: its time is not charged to the file's budget.
+  const ModelOf timed = [&](int64_t version) -> model::Transformer& {
+    const double t = now_s();
+    auto& model = model_of_(version);
+    budget.exclude(now_s() - t);
+    return model;
+  };
+  const auto chosen = choose_rows(file.rows.size());
+  for (size_t begin = 0; begin < chosen.size(); begin += kRowsPerForward) {
+    const std::vector<size_t> part(chosen.begin() + static_cast<std::ptrdiff_t>(begin),
+                                   chosen.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                        chosen.size(), begin + kRowsPerForward)));
+    if (budget.spent()) {
+      report.findings.push_back(budget.finding("the model checks of " + row_list(part)));
+      return;
+    }
+    std::vector<const rollout::RolloutRecord*> rows;
+    for (size_t i : part) rows.push_back(&file.rows[i]);
+    try {
+      for (auto& result : check_samples(rows, part, *rules_, stops_, vocab, timed)) {
+        ++report.checked;
+        report.checked_tokens += result.stats.tokens;
+        report.samples.push_back(std::move(result.stats));
+        report.findings.insert(report.findings.end(), result.findings.begin(),
+                               result.findings.end());
+      }
+    } catch (const CannotJudge&) {
+      throw;
+    } catch (const std::exception& e) {
+      report.findings.push_back(
+          {"prefill", fmt::format("{}: recomputing them failed: {}", row_list(part), e.what())});
+      return;
+    }
+  }
+  const ChunkAverage average = average_chunks(report.samples);
+  if (average.mant_err_mean > rules_->toploc_file_mant_err_mean) {
+    report.findings.push_back(
+        {"toploc",
+         fmt::format("the {} proof chunks checked average a mantissa error of {:.2f}, "
+                     "above {} (not the claimed weights or precision)",
+                     average.chunks, average.mant_err_mean, rules_->toploc_file_mant_err_mean)});
+  }
+  if (budget.spent()) report.findings.push_back(budget.finding("the end of the model checks"));
+}
+
 Report Validator::validate(std::string_view bytes, const Expected& expected) {
   Report report;
   const double t0 = now_s();
-  std::vector<Finding> findings;
+  Budget budget(rules_->max_file_seconds);
+  auto& findings = report.findings;
   rollout::RolloutFile file;
   try {
     file = rollout::decode_rollout_file(bytes, "the submission");
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     findings.push_back({"schema", e.what()});
   }
   report.rows = static_cast<int64_t>(file.rows.size());
   for (const auto& r : file.rows) report.tokens += static_cast<int64_t>(r.completion_tokens.size());
   if (findings.empty()) {
-    if (auto f = check_binding(file, expected)) findings.push_back(*f);
+    try {
+      if (auto f = check_binding(file, expected)) findings.push_back(*f);
+    } catch (const std::exception& e) {
+      findings.push_back({"signature", e.what()});
+    }
   }
   if (findings.empty()) {
-    const FileContext context{*rules_, *environment_, *tasks_, prompting_};
-    if (auto f = check_file(file, context, expected.policy_version, &seen_)) findings.push_back(*f);
+    const FileContext context{*rules_, *environment_, *tasks_, prompting_, limits_, &budget, &rng_};
+    try {
+      findings = check_file(file, context, expected.policy_version, &seen_);
+    } catch (const CannotJudge&) {
+      throw;
+    } catch (const std::exception& e) {  // check_file names its own; this is the last resort
+      findings.push_back({"schema", fmt::format("the file checks failed: {}", e.what())});
+    }
   }
   report.file_seconds = now_s() - t0;
-  if (findings.empty()) {
-    const int64_t vocab = prompting_.tok.vocab_size();
-    const auto chosen = choose_rows(file.rows.size());
-    std::vector<const rollout::RolloutRecord*> rows;
-    for (size_t i : chosen) rows.push_back(&file.rows[i]);
-    for (auto& result : check_samples(rows, chosen, *rules_, stops_, vocab, model_of_)) {
-      ++report.checked;
-      report.checked_tokens += result.stats.tokens;
-      report.samples.push_back(std::move(result.stats));
-      findings.insert(findings.end(), result.findings.begin(), result.findings.end());
-    }
-    const ChunkAverage average = average_chunks(report.samples);
-    if (average.mant_err_mean > rules_->toploc_file_mant_err_mean) {
-      findings.push_back(
-          {"toploc",
-           fmt::format("the {} proof chunks checked average a mantissa error of {:.2f}, "
-                       "above {} (not the claimed weights or precision)",
-                       average.chunks, average.mant_err_mean, rules_->toploc_file_mant_err_mean)});
-    }
-  }
+  if (findings.empty()) check_models(file, budget, report);
   report.model_seconds = now_s() - t0 - report.file_seconds;
   report.accepted = findings.empty();
   constexpr size_t kListed = 4;  // the orchestrator keeps reasons short

@@ -4,6 +4,11 @@
 // predict, goes through the model checks (sample_checks.h). Every finding is collected into the
 // reject reason, each starting with the name of its check.
 //
+// A hostile file never escapes as an exception: anything a check throws becomes a finding of that
+// check (a reject), except CannotJudge (finding.h: a policy that cannot be fetched, our own prefill
+// not finite), which validate() passes on so that the file gets no verdict. Each file has a time
+// budget (Rules::max_file_seconds, policy downloads excluded) and a row cap.
+//
 // Not thread-safe: one validation at a time (the policies it recomputes with are shared).
 #pragma once
 
@@ -17,6 +22,7 @@
 #include "env/environment.h"
 #include "model/prompting.h"
 #include "rl/task_source.h"
+#include "validator/budget.h"
 #include "validator/file_checks.h"
 #include "validator/sample_checks.h"
 
@@ -31,7 +37,8 @@ struct Expected {
 
 struct Report {
   bool accepted = false;
-  std::string reason;                       // the findings, "; "-joined; empty when accepted
+  std::vector<Finding> findings;            // every objection, in the order found
+  std::string reason;                       // the first few findings, "; "-joined; "" = accepted
   int64_t rows = 0, tokens = 0;             // in the file
   int64_t checked = 0, checked_tokens = 0;  // through the model checks
   std::vector<SampleStats> samples;         // one per checked completion
@@ -43,9 +50,12 @@ struct Report {
 class Validator {
  public:
   // The run's rules, environment and task source come from `config` (the same task seed workers
-  // use); `model_of` gives the policy of each claimed version.
-  Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of);
+  // use); `model_of` gives the policy of each claimed version (it throws CannotJudge when it
+  // cannot); `limits` are the policy architecture's (token ids, context).
+  Validator(const Config& config, const model::Prompting& prompting, ModelOf model_of,
+            ModelLimits limits = {});
 
+  // The verdict on one uploaded file. Throws only CannotJudge.
   Report validate(std::string_view bytes, const Expected& expected);
   // The orchestrator accepted the file the last validate() judged honest: its drawn groups may
   // not appear in another file.
@@ -55,9 +65,12 @@ class Validator {
 
  private:
   std::vector<size_t> choose_rows(size_t rows);
+  // The model checks of the chosen rows, within the budget; findings and stats into `report`.
+  void check_models(const rollout::RolloutFile& file, Budget& budget, Report& report);
 
   const model::Prompting& prompting_;
   ModelOf model_of_;
+  ModelLimits limits_;
   std::unique_ptr<env::Environment> environment_;
   std::unique_ptr<rl::TaskSource> tasks_;
   std::unique_ptr<Rules> rules_;

@@ -562,9 +562,11 @@ TEST_F(OpenAIServerTest, BadRequestsGetJsonErrorsAndTheServerKeepsServing) {
       post(chat, Json{{"messages", {{{"role", "user"}, {"content", std::string(2100, 'x')}}}}}),
       400, "maximum context length", "messages");
   auto big = post(c, Json{{"prompt", std::string(kMaxBody + 10, 'x')}});
-  expect_error(big, 413, "larger than the limit");
+  expect_error(big, 413, "more than this route takes");
   expect_error(post(c, Json{{"prompt", "hi"}, {"n", "two"}}), 400, "integer", "n");
   expect_error(post(c, Json{{"prompt", "hi"}, {"n", 0}}), 400, "at least 1", "n");
+  // Refused before anything is sized by it (a billion choices would allocate a billion slots).
+  expect_error(post(c, Json{{"prompt", "hi"}, {"n", 1000000000}}), 400, "at most 128", "n");
   expect_error(post(c, Json{{"prompt", "hi"}, {"temperature", -1}}), 400, "temperature",
                "temperature");
   expect_error(post(c, Json{{"prompt", "hi"}, {"top_p", 0}}), 400, "top_p", "top_p");

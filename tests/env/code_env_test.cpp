@@ -99,19 +99,27 @@ TEST(CodeEnvironment, AssertTestsRunAgainstTheProgramsFunctions) {
 }
 
 // Reward hacks that skip the asserts: exiting with status 0 before they run, or swallowing the
-// AssertionError in an excepthook that exits 0.
+// AssertionError in an excepthook that exits 0. `assert add(2, 3) == 5` is compared outside the
+// program (no AssertionError to swallow: the excepthook's add just returns a wrong value);
+// `assert add(2, 3) == 5 and True` still runs inside it.
 TEST(CodeEnvironment, ExitingBeforeTheAssertsDoesNotPass) {
   const auto env = make_code_environment(test_limits());
-  const Task t = assert_task({"assert add(2, 3) == 5"});
-  for (const char* program :
-       {"import sys\ndef add(a, b):\n    return 0\nsys.exit(0)\n",
-        "import os\ndef add(a, b):\n    return 0\nos._exit(0)\n",
-        "import os, sys\ndef add(a, b):\n    return 0\nsys.excepthook = lambda *e: os._exit(0)\n",
-        "import sys\ndef add(a, b):\n    return 0\nprint('trellis-asserts-done-0000000000000000')\n"
-        "sys.exit(0)\n"}) {
-    const Score s = env->score(t, reply(program));
-    EXPECT_EQ(s.reward, 0) << program;
-    EXPECT_EQ(s.reason, "test 1/1: the program exited before its asserts ran") << program;
+  for (const char* code : {"assert add(2, 3) == 5", "assert add(2, 3) == 5 and True"}) {
+    const Task t = assert_task({code});
+    const bool outside = std::string(code).find("and") == std::string::npos;
+    for (const char* program :
+         {"import sys\ndef add(a, b):\n    return 0\nsys.exit(0)\n",
+          "import os\ndef add(a, b):\n    return 0\nos._exit(0)\n",
+          "import os, sys\ndef add(a, b):\n    return 0\nsys.excepthook = lambda *e: os._exit(0)\n",
+          "import sys\ndef add(a, b):\n    return 0\n"
+          "print('trellis-asserts-done-0000000000000000')\nsys.exit(0)\n"}) {
+      const Score s = env->score(t, reply(program));
+      EXPECT_EQ(s.reward, 0) << program;
+      const bool hook = std::string(program).find("excepthook") != std::string::npos;
+      EXPECT_EQ(s.reason, outside && hook ? fmt::format("test 1/1: assertion failed: '{}'", code)
+                                          : "test 1/1: the program exited before its asserts ran")
+          << program;
+    }
   }
 }
 

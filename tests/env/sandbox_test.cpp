@@ -188,6 +188,76 @@ TEST(Sandbox, AForkBombIsContainedAndTheHostCanStillFork) {
   EXPECT_EQ(sandbox.run("print('alive')\n").out, "alive\n");
 }
 
+// The cgroup limits apply only where the host delegates a cgroup v2 subtree with the memory and
+// pids controllers; elsewhere the rlimits above are what holds, and these tests say why they skip.
+TEST(Sandbox, SaysWhichLimitsApply) {
+  const Sandbox sandbox(test_limits());
+  const std::string line = sandbox.limits_in_force();
+  EXPECT_NE(line.find("seccomp filter;"), std::string::npos) << line;
+  EXPECT_NE(line.find("no nested user namespaces"), std::string::npos) << line;
+  if (sandbox.defences().cgroup) {
+    EXPECT_NE(line.find("cgroup v2 limits per run"), std::string::npos) << line;
+  } else {
+    EXPECT_NE(line.find("rlimits only"), std::string::npos) << line;
+    EXPECT_FALSE(sandbox.defences().cgroup_reason.empty());
+  }
+}
+
+TEST(Sandbox, ACgroupLimitsTheMemoryOfAllTheRunsProcessesTogether) {
+  auto limits = test_limits(30, 120);
+  limits.memory_mib = 128;
+  const Sandbox sandbox(limits);
+  if (!sandbox.defences().cgroup) {
+    GTEST_SKIP() << "no writable cgroup v2 with memory and pids controllers here: "
+                 << sandbox.defences().cgroup_reason;
+  }
+  // Four processes of 80 MiB each: every one is under RLIMIT_AS, together they pass memory.max.
+  const auto r = sandbox.run(
+      "import os, time\npids = []\nfor i in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+      "        block = b'x' * (80 << 20)\n        time.sleep(10)\n        os._exit(0)\n"
+      "    pids.append(pid)\nfor pid in pids:\n    os.waitpid(pid, 0)\nprint('survived')\n");
+  EXPECT_TRUE(r.memory_exceeded) << r.failure;
+  EXPECT_EQ(r.failure, "out of memory (limit 128 MiB)");
+  EXPECT_EQ(r.out.find("survived"), std::string::npos);
+  EXPECT_EQ(sandbox.run("print('alive')\n").out, "alive\n");
+}
+
+TEST(Sandbox, EachRunHasACgroupWithItsLimitsRemovedAfterIt) {
+  auto limits = test_limits(10, 60);
+  limits.max_processes = 8;
+  limits.memory_mib = 256;
+  const Sandbox sandbox(limits);
+  if (!sandbox.defences().cgroup) {
+    GTEST_SKIP() << "no writable cgroup v2 with memory and pids controllers here: "
+                 << sandbox.defences().cgroup_reason;
+  }
+  const std::string prefix = fmt::format("trellis-sandbox-{}-", ::getpid());
+  auto run_groups = [&] {
+    std::vector<fs::path> found;
+    for (const auto& entry : fs::directory_iterator(sandbox.defences().cgroup_parent)) {
+      if (entry.path().filename().string().starts_with(prefix)) found.push_back(entry.path());
+    }
+    return found;
+  };
+  std::thread run([&] { sandbox.run("import time\ntime.sleep(3)\n"); });
+  std::vector<fs::path> groups;
+  for (int i = 0; i < 200 && groups.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    groups = run_groups();
+  }
+  ASSERT_EQ(groups.size(), 1u);
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string v;
+    in >> v;
+    return v;
+  };
+  EXPECT_EQ(read(groups[0] / "memory.max"), std::to_string(256 << 20));
+  EXPECT_EQ(read(groups[0] / "pids.max"), "10");  // 8, bwrap and its init
+  run.join();
+  EXPECT_TRUE(run_groups().empty()) << "the run's cgroup was not removed";
+}
+
 TEST(Sandbox, HostFilesAreNotVisible) {
   const fs::path secret = unique_host_path("secret");
   std::ofstream(secret) << "top secret";

@@ -504,6 +504,54 @@ TEST_F(Safetensors, RejectsDuplicateNamesAndBadMetadata) {
   expect_open_error(p, {"__metadata__", p.string()});
 }
 
+// ---- budgets and fuzzer findings (fuzz/safetensors_fuzz.cpp) ----
+
+TEST_F(Safetensors, RefusesHeaderOverTheSizeLimit) {
+  const fs::path p = dir_ / "huge.safetensors";
+  write_raw(p, le64(kMaxSafetensorsHeaderBytes + 1));
+  fs::resize_file(p, 8 + kMaxSafetensorsHeaderBytes + 1);  // sparse: nothing is written
+  expect_open_error(p, {"header length 100000001 is larger than the limit", p.string()});
+}
+
+TEST_F(Safetensors, RefusesMoreTensorsThanTheLimit) {
+  // Refused while the header is parsed: entries that are not even tensors are counted.
+  std::string header = "{";
+  for (size_t i = 0; i <= kMaxSafetensorsTensors; ++i) header += fmt::format("\"t{}\":0,", i);
+  header.back() = '}';
+  const fs::path p = dir_ / "many.safetensors";
+  write_raw(p, hand_file(header, ""));
+  expect_open_error(p, {"more than 262144 tensors", p.string()});
+}
+
+TEST_F(Safetensors, RefusesNumbersTooLargeForADouble) {
+  const fs::path p = dir_ / "big_number.safetensors";
+  write_raw(p, hand_file(R"({"w":{"dtype":"U8","shape":[1e400],"data_offsets":[0,1]}})", "x"));
+  expect_open_error(p, {"not valid JSON", "too large", p.string()});
+}
+
+// Found by fuzz/safetensors_fuzz.cpp: the error message printed the nested value with dump(),
+// which recursed once a level and overflowed the stack.
+TEST_F(Safetensors, RefusesDeeplyNestedHeaders) {
+  const fs::path p = dir_ / "deep.safetensors";
+  const std::string deep = std::string(30000, '[') + std::string(30000, ']');
+  write_raw(p, hand_file(R"({"w":{"dtype":"U8","shape":[1],"data_offsets":)" + deep + "}}", "x"));
+  expect_open_error(p, {"nested deeper than 128 levels", p.string()});
+}
+
+TEST_F(Safetensors, ParsesAHeaderInMemoryAsOpenDoes) {
+  const std::string file =
+      hand_file(R"({"b":{"dtype":"U8","shape":[2],"data_offsets":[1,3]},)"
+                R"("a":{"dtype":"U8","shape":[],"data_offsets":[0,1]},"__metadata__":{"k":"v"}})",
+                "xyz");
+  const SafetensorsHeader h = parse_safetensors_header(
+      std::as_bytes(std::span<const char>(file.data(), file.size())), "mem");
+  EXPECT_EQ(h.data_start, file.size() - 3);
+  ASSERT_EQ(h.tensors.size(), 2u);
+  EXPECT_EQ(h.tensors[0].name, "a");  // by offset
+  EXPECT_EQ(h.tensors[1].end, 3u);
+  EXPECT_EQ(h.metadata.at("k"), "v");
+}
+
 TEST_F(Safetensors, RandomHeaderCorruptionNeverCrashes) {
   std::mt19937_64 rng(7);
   const auto tensors = random_tensors(8);

@@ -614,5 +614,50 @@ TEST(Tokenizer, LoadTokenizerConfigForms) {
   EXPECT_NE(msg.find("tokenizer_config.json"), std::string::npos) << msg;
 }
 
+// ---- budgets (fuzz/tokenizer_fuzz.cpp) --------------------------------------------------------
+
+TEST(Tokenizer, RefusesTokenizerFilesOverTheSizeLimit) {
+  TempDir dir;
+  write_byte_level_tokenizer(dir.path(), "chatml");
+  const auto path = dir.path() / "tokenizer.json";
+  std::filesystem::resize_file(path, kMaxTokenizerFileBytes + 1);  // sparse: nothing is read
+  std::string msg = error_of([&] { Tokenizer::load(dir.path()); });
+  EXPECT_NE(msg.find("file is 268435457 bytes, more than the limit"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(path.string()), std::string::npos) << msg;
+  write_byte_level_tokenizer(dir.path(), "chatml");
+  const auto cfg = dir.path() / "tokenizer_config.json";
+  std::filesystem::resize_file(cfg, kMaxTokenizerFileBytes + 1);
+  msg = error_of([&] { Tokenizer::load(dir.path()); });
+  EXPECT_NE(msg.find("file is 268435457 bytes"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(cfg.string()), std::string::npos) << msg;
+}
+
+TEST(Tokenizer, RefusesVocabulariesAndMergesOverTheLimits) {
+  auto error = [](const std::function<void(Json&)>& edit) {
+    Json j = make_json({});
+    edit(j);
+    return error_of([&] { Tokenizer::from_json(j, "test.json"); });
+  };
+  // An id just past the limit: the token table (indexed by id) is never sized for it.
+  std::string msg = error([](Json& j) { j["model"]["vocab"]["x"] = kMaxVocabSize; });
+  EXPECT_NE(msg.find("token id 2097152 is out of range"), std::string::npos) << msg;
+  msg = error([](Json& j) { j["added_tokens"] = {added(kMaxVocabSize, "<x>")}; });
+  EXPECT_NE(msg.find("token id 2097152 is out of range"), std::string::npos) << msg;
+  // Counts are checked before any entry is read: these entries are not even well-formed.
+  msg = error([](Json& j) {
+    Json& vocab = j["model"]["vocab"];
+    for (size_t i = vocab.size(); i <= kMaxVocabSize; ++i) vocab[std::to_string(i)] = nullptr;
+  });
+  EXPECT_NE(msg.find("2097153 tokens, more than the limit of 2097152 (test.json: model: vocab)"),
+            std::string::npos)
+      << msg;
+  msg = error([](Json& j) { j["model"]["merges"] = Json::array_t(kMaxMerges + 1); });
+  EXPECT_NE(msg.find("4194305 merges, more than the limit of 4194304 (test.json: model: merges)"),
+            std::string::npos)
+      << msg;
+  msg = error([](Json& j) { j["added_tokens"] = Json::array_t(kMaxAddedTokens + 1); });
+  EXPECT_NE(msg.find("65537 added tokens, more than the limit"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace trellis::model

@@ -11,12 +11,17 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
 #include "common/identity.h"
 #include "common/json.h"
+#include "common/request_signing.h"
 #include "orchestrator/api.h"
 #include "orchestrator/client.h"
 
 namespace trellis::orchestrator {
+
+inline const std::string kTrainerToken = "trainer-token-of-the-tests-0123456789";
+inline const std::string kValidatorToken = "validator-token-of-the-tests-0123456789";
 
 class ApiFixture : public ::testing::Test {
  protected:
@@ -45,6 +50,8 @@ class ApiFixture : public ::testing::Test {
     o.async_level = 1;
     o.max_upload_bytes = 1 << 20;
     o.validation = false;
+    o.trainer_token = kTrainerToken;
+    o.validator_token = kValidatorToken;
     return o;
   }
 
@@ -59,18 +66,39 @@ class ApiFixture : public ::testing::Test {
 
   // POST /work for `node` holding policy version `held`, in files of at most `groups` groups: the
   // work it is given (a test failure when it is told to wait).
+  // POST /work for `node`, registering it first when the orchestrator does not know it (work is
+  // for registered nodes only).
+  static WorkAnswer ask(Client& client, const Identity& node, int64_t groups, int64_t held) {
+    try {
+      return client.request_work(node, held, groups);
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("is not registered") == std::string::npos) throw;
+    }
+    client.register_node(node);
+    return client.request_work(node, held, groups);
+  }
+
   static Assignment work(Client& client, const Identity& node, int64_t groups = 2,
                          int64_t held = 0) {
-    const WorkAnswer a = client.request_work(node.address(), held, groups);
+    const WorkAnswer a = ask(client, node, groups, held);
     EXPECT_TRUE(a.work) << "no work for " << node.address() << ": " << a.wait_reason;
     return a.work.value_or(Assignment{});
   }
   // Why `node` is told to wait ("" when it is given work instead: a test failure).
   static std::string wait_reason(Client& client, const Identity& node, int64_t groups = 2,
                                  int64_t held = 0) {
-    const WorkAnswer a = client.request_work(node.address(), held, groups);
+    const WorkAnswer a = ask(client, node, groups, held);
     EXPECT_FALSE(a.work) << "work for " << node.address() << ": step " << a.work->step;
     return a.wait_reason;
+  }
+
+  // The headers that sign `node`'s request in run "run-test" (raw HTTP, as an attacker sends).
+  static httplib::Headers signed_headers(const Identity& node, const std::string& method,
+                                         const std::string& target, const std::string& body) {
+    httplib::Headers h;
+    for (auto& [k, v] : sign_request(node, "run-test", method, target, body, std::time(nullptr)))
+      h.emplace(k, v);
+    return h;
   }
 
   static std::string error_text(const httplib::Result& res) {

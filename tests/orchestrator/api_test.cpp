@@ -52,13 +52,20 @@ class OrchestratorApi : public ApiFixture {
                    {"submission", submission},
                    {"sha256", sha},
                    {"size", size}};
-    auto res = http_->Post("/submissions", req.dump(), "application/json");
+    const std::string body = req.dump();
+    auto res = http_->Post("/submissions", signed_headers(worker_, "POST", "/submissions", body),
+                           body, "application/json");
     if (!res || res->status != 200) return "";
     return Json::parse(res->body).at("upload_url").get<std::string>();
   }
 
+  // PUT `bytes` to `url`, signed by `node` (the worker by default).
   httplib::Result put(const std::string& url, const std::string& bytes) {
-    return http_->Put(url.c_str(), bytes, "application/vnd.apache.parquet");
+    return put(url, bytes, worker_);
+  }
+  httplib::Result put(const std::string& url, const std::string& bytes, const Identity& node) {
+    return http_->Put(url.c_str(), signed_headers(node, "PUT", url, bytes), bytes,
+                      "application/vnd.apache.parquet");
   }
 
   std::vector<fs::path> stored_files() const {
@@ -94,7 +101,7 @@ TEST_F(OrchestratorApi, AcceptsListsAndServesASignedFile) {
   EXPECT_EQ(client.status().assigned, 1);
   // One group with signal (4 rows), one without (4 rows).
   const std::string bytes = test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 1, 1, 1}}, worker_);
-  EXPECT_EQ(client.submit(worker_.address(), 0, 0, bytes), "accepted");
+  EXPECT_EQ(client.submit(worker_, 0, 0, bytes), "accepted");
 
   const auto files = client.accepted(0);
   ASSERT_EQ(files.size(), 1u);
@@ -142,17 +149,17 @@ TEST_F(OrchestratorApi, StepCounterMovesOnlyWithSignalSamples) {
   Client& client = start();
   const Identity other = Identity::generate();
   EXPECT_EQ(work(client, worker_, 1).step, 0);
-  client.submit(worker_.address(), 0, 0, test::signed_file(spec(0, 0), {{0, 1, 1, 1}}, worker_));
+  client.submit(worker_, 0, 0, test::signed_file(spec(0, 0), {{0, 1, 1, 1}}, worker_));
   EXPECT_EQ(client.status().step, 0);
   // Groups without signal add samples but no signal samples.
   const Assignment second = work(client, worker_, 1);
   EXPECT_EQ(second.step, 0);
   EXPECT_EQ(second.submission, 1);
-  client.submit(worker_.address(), 0, 1, test::signed_file(spec(0, 1), {{1, 1, 1, 1}}, worker_));
+  client.submit(worker_, 0, 1, test::signed_file(spec(0, 1), {{1, 1, 1, 1}}, worker_));
   EXPECT_EQ(client.status().step, 0);
   EXPECT_EQ(work(client, other, 2).step, 0);
   const test::FileSpec from_other{"run-test", other.address(), 0, 0, 0};
-  client.submit(other.address(), 0, 0, test::signed_file(from_other, {{0, 0, 0, 0.5f}}, other));
+  client.submit(other, 0, 0, test::signed_file(from_other, {{0, 0, 0, 0.5f}}, other));
   EXPECT_EQ(client.status().step, 1);
 
   const auto files = client.accepted(0);
@@ -172,7 +179,7 @@ TEST_F(OrchestratorApi, StepCounterMovesOnlyWithSignalSamples) {
   // orchestrator never handed out is refused (a worker cannot grind numbers for easy prompts).
   EXPECT_EQ(work(client, worker_, 2).step, 1);
   const std::string late = test::signed_file(spec(0, 2), {{0, 1}}, worker_);
-  const std::string e = test::error_of([&] { client.submit(worker_.address(), 0, 2, late); });
+  const std::string e = test::error_of([&] { client.submit(worker_, 0, 2, late); });
   EXPECT_CONTAINS(e, "was never assigned to this node: ask for work with POST /work");
   EXPECT_EQ(client.accepted(0).size(), 3u);
 }
@@ -188,17 +195,17 @@ TEST_F(OrchestratorApi, HandsOutWorkWithinTheVersionWindowAndEnforcesIt) {
   EXPECT_CONTAINS(wait_reason(client, b, 2, -1), "hold a policy version first");
   // Uploads for work never handed out: a step beyond the window, or beyond the run.
   std::string e = test::error_of([&] {
-    client.submit(worker_.address(), 2, 0, test::signed_file(spec(2, 0), {{0, 1}}, worker_));
+    client.submit(worker_, 2, 0, test::signed_file(spec(2, 0), {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "never assigned");
   e = test::error_of([&] {
-    client.submit(worker_.address(), 4, 0, test::signed_file(spec(4, 0), {{0, 1}}, worker_));
+    client.submit(worker_, 4, 0, test::signed_file(spec(4, 0), {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "rl.steps = 4");
 
   // Tokens from a version the trainer has not published yet.
   const test::FileSpec a1{"run-test", a.address(), 1, 0, /*version=*/1};
-  e = test::error_of([&] { client.submit(a.address(), 1, 0, test::signed_file(a1, {{0, 1}}, a)); });
+  e = test::error_of([&] { client.submit(a, 1, 0, test::signed_file(a1, {{0, 1}}, a)); });
   EXPECT_CONTAINS(e,
                   "version window: row 0: a token was sampled by policy version 1, outside [0, 0]");
   // The rejected file's share of step 1 is handed out again (to a, as submission 1).
@@ -206,13 +213,12 @@ TEST_F(OrchestratorApi, HandsOutWorkWithinTheVersionWindowAndEnforcesIt) {
   EXPECT_EQ(again.step, 1);
   EXPECT_EQ(again.submission, 1);
 
-  EXPECT_EQ(client.submit(worker_.address(), 0, 0,
+  EXPECT_EQ(client.submit(worker_, 0, 0,
                           test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 0, 1, 0}}, worker_)),
             "accepted");
   const test::FileSpec a2{"run-test", a.address(), 1, 1, 0};
-  EXPECT_EQ(
-      client.submit(a.address(), 1, 1, test::signed_file(a2, {{0, 1, 0, 1}, {1, 0, 1, 0}}, a)),
-      "accepted");
+  EXPECT_EQ(client.submit(a, 1, 1, test::signed_file(a2, {{0, 1, 0, 1}, {1, 0, 1, 0}}, a)),
+            "accepted");
   EXPECT_EQ(client.status().step, 2);
   client.publish_version(2);
   client.publish_version(1);  // older: ignored
@@ -224,13 +230,11 @@ TEST_F(OrchestratorApi, HandsOutWorkWithinTheVersionWindowAndEnforcesIt) {
   const Assignment three = work(client, c, 2, 2);
   EXPECT_EQ(three.step, 3);
   const test::FileSpec stale{"run-test", c.address(), 3, 0, /*version=*/1};
-  e = test::error_of([&] {
-    client.submit(c.address(), 3, 0, test::signed_file(stale, {{0, 1}}, c));
-  });
+  e = test::error_of([&] { client.submit(c, 3, 0, test::signed_file(stale, {{0, 1}}, c)); });
   EXPECT_CONTAINS(e, "policy version 1, outside [2, 2]");
   EXPECT_EQ(work(client, c, 2, 2).submission, 1);
   const test::FileSpec fresh{"run-test", c.address(), 3, 1, /*version=*/2};
-  EXPECT_EQ(client.submit(c.address(), 3, 1, test::signed_file(fresh, {{0, 1}}, c)), "accepted");
+  EXPECT_EQ(client.submit(c, 3, 1, test::signed_file(fresh, {{0, 1}}, c)), "accepted");
   const Status s = client.status();
   EXPECT_EQ(s.rejected, 2);
   EXPECT_EQ(s.accepted, 3);
@@ -266,7 +270,7 @@ TEST_F(OrchestratorApi, WorkCoversEachStepsShortfallAndNoMore) {
   // the share goes back to the pool.
   const test::FileSpec fa{"run-test", a.address(), 0, 0, 0};
   const std::string e = test::error_of([&] {
-    client.submit(a.address(), 0, 0, test::signed_file(fa, {{0, 1}, {1, 0}}, a));
+    client.submit(a, 0, 0, test::signed_file(fa, {{0, 1}, {1, 0}}, a));
   });
   EXPECT_CONTAINS(e, "upload: the file holds 4 rows in 2 groups; the assignment allows 1 groups");
   const Assignment wd = work(client, worker_, 4);
@@ -276,11 +280,11 @@ TEST_F(OrchestratorApi, WorkCoversEachStepsShortfallAndNoMore) {
   // b's group has signal, worker_'s has none: step 0 is 4 signal samples short, and at half a
   // signal sample per sample so far it takes two groups to make them up.
   const test::FileSpec fb{"run-test", b.address(), 0, 0, 0};
-  EXPECT_EQ(client.submit(b.address(), 0, 0, test::signed_file(fb, {{1, 1, 0, 0}}, b)), "accepted");
+  EXPECT_EQ(client.submit(b, 0, 0, test::signed_file(fb, {{1, 1, 0, 0}}, b)), "accepted");
   const test::FileSpec fd{"run-test", worker_.address(), 0, wd.submission, 0};
-  EXPECT_EQ(client.submit(worker_.address(), 0, wd.submission,
-                          test::signed_file(fd, {{1, 1, 1, 1}}, worker_)),
-            "accepted");
+  EXPECT_EQ(
+      client.submit(worker_, 0, wd.submission, test::signed_file(fd, {{1, 1, 1, 1}}, worker_)),
+      "accepted");
   EXPECT_EQ(client.status().step, 0);
   const Assignment more = work(client, a, 4);
   EXPECT_EQ(more.step, 0);
@@ -304,8 +308,7 @@ TEST_F(OrchestratorApi, AnExpiredAssignmentFreesItsShareButMayStillBeUploaded) {
   EXPECT_EQ(again.submission, 0);
   // b's file of its expired work still arrives and is used.
   const test::FileSpec fb{"run-test", b.address(), 1, 0, 0};
-  EXPECT_EQ(client.submit(b.address(), 1, 0, test::signed_file(fb, {{0, 1}, {1, 0}}, b)),
-            "accepted");
+  EXPECT_EQ(client.submit(b, 1, 0, test::signed_file(fb, {{0, 1}, {1, 0}}, b)), "accepted");
   EXPECT_EQ(client.accepted(1).size(), 1u);
 }
 
@@ -347,7 +350,7 @@ TEST_F(OrchestratorApi, RefusesExpiredAndForgedUrls) {
   EXPECT_EQ(client_->status().pending, 1);  // refused URLs decide nothing
 
   // A fresh URL for the same submission works.
-  EXPECT_EQ(client_->submit(worker_.address(), 0, 0, bytes), "accepted");
+  EXPECT_EQ(client_->submit(worker_, 0, 0, bytes), "accepted");
   auto metrics = http_->Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_CONTAINS(metrics->body,
@@ -392,25 +395,25 @@ TEST_F(OrchestratorApi, RejectsUploadsThatDifferFromTheDeclarationOrTheSigner) {
   // Rows claiming the worker's address, signed by someone else.
   int32_t k = fresh_work();
   const std::string forged = test::signed_file(spec(0, k), {{0, 1}}, impostor);
-  std::string e = test::error_of([&] { client_->submit(worker_.address(), 0, k, forged); });
+  std::string e = test::error_of([&] { client_->submit(worker_, 0, k, forged); });
   EXPECT_CONTAINS(e, "upload rejected: signature: ");
   // Rows of another node or run or step.
   k = fresh_work();
   const test::FileSpec theirs{"run-test", impostor.address(), 0, k, 0};
   e = test::error_of([&] {
-    client_->submit(worker_.address(), 0, k, test::signed_file(theirs, {{0, 1}}, worker_));
+    client_->submit(worker_, 0, k, test::signed_file(theirs, {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "step binding: row 0: node_address is '" + impostor.address());
   k = fresh_work();
   test::FileSpec other_run = spec(0, k);
   other_run.run_id = "another-run";
   e = test::error_of([&] {
-    client_->submit(worker_.address(), 0, k, test::signed_file(other_run, {{0, 1}}, worker_));
+    client_->submit(worker_, 0, k, test::signed_file(other_run, {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "run_id is 'another-run'");
   k = fresh_work();
   e = test::error_of([&] {
-    client_->submit(worker_.address(), 0, k, test::signed_file(spec(1, k), {{0, 1}}, worker_));
+    client_->submit(worker_, 0, k, test::signed_file(spec(1, k), {{0, 1}}, worker_));
   });
   EXPECT_CONTAINS(e, "step is '1', expected '0'");
 
@@ -436,8 +439,7 @@ TEST_F(OrchestratorApi, CorruptFilesAreRejectedAndNeverListed) {
     // Each rejection ends the work: each file is new work's (whose number its rows, where they
     // can be read, do not match; the checks below come first or either is fine).
     const Assignment w = work(*client_, worker_);
-    const std::string e =
-        test::error_of([&] { client_->submit(worker_.address(), 0, w.submission, bytes); });
+    const std::string e = test::error_of([&] { client_->submit(worker_, 0, w.submission, bytes); });
     EXPECT_CONTAINS(e, "upload rejected");
     EXPECT_CONTAINS(e, message);
   }
@@ -466,7 +468,7 @@ TEST_F(OrchestratorApi, RefusesADuplicateSubmission) {
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 409);
   EXPECT_CONTAINS(error_text(again), "already accepted");
-  const std::string e = test::error_of([&] { client.submit(worker_.address(), 0, 0, bytes); });
+  const std::string e = test::error_of([&] { client.submit(worker_, 0, 0, bytes); });
   EXPECT_CONTAINS(e, "already accepted");
   EXPECT_EQ(client.accepted(0).size(), 1u);
   EXPECT_EQ(client.status().accepted, 1);
@@ -475,7 +477,9 @@ TEST_F(OrchestratorApi, RefusesADuplicateSubmission) {
 TEST_F(OrchestratorApi, MalformedRequestsGet400NamingTheProblem) {
   start();
   const auto post = [&](const char* path, const std::string& body) {
-    auto res = http_->Post(path, body, "application/json");
+    // With the trainer's token, so that /trainer/version gets as far as the body.
+    auto res =
+        http_->Post(path, {{"Authorization", "Bearer " + kTrainerToken}}, body, "application/json");
     EXPECT_TRUE(res);
     return std::make_pair(res ? res->status : 0, error_text(res));
   };
@@ -547,16 +551,16 @@ TEST_F(OrchestratorApi, MalformedRequestsGet400NamingTheProblem) {
   EXPECT_TRUE(escape->status == 400 || escape->status == 404) << escape->status;
   auto upload = put("/upload/step_0/..%2Fx.parquet?expires=1&sig=" + std::string(64, 'a'), "x");
   ASSERT_TRUE(upload);
-  EXPECT_TRUE(upload->status == 400 || upload->status == 404) << upload->status;
+  EXPECT_TRUE(upload->status == 400 || upload->status == 403 || upload->status == 404)
+      << upload->status;
   // Still serving.
   EXPECT_EQ(client_->status().step, 0);
 }
 
 TEST_F(OrchestratorApi, PublishingAVersionNeedsTheTrainerToken) {
   ApiOptions o = options();
-  o.trainer_token = "let-me-in";
   start(o);
-  Client anonymous(server_->url(), "", 10), wrong(server_->url(), "guess", 10);
+  Client anonymous(server_->url(), "", 10), wrong(server_->url(), kValidatorToken, 10);
   EXPECT_CONTAINS(test::error_of([&] { anonymous.publish_version(1); }), "bearer token");
   EXPECT_CONTAINS(test::error_of([&] { wrong.publish_version(1); }), "bearer token");
   EXPECT_EQ(client_->status().policy_version, 0);
@@ -564,12 +568,57 @@ TEST_F(OrchestratorApi, PublishingAVersionNeedsTheTrainerToken) {
   EXPECT_EQ(anonymous.status().policy_version, 1);
 }
 
+TEST_F(OrchestratorApi, NodeRequestsAreSignedByTheNodeTheyNameAndBodiesAreBounded) {
+  start();
+  const Identity impostor = Identity::generate();
+  // Work is for registered nodes.
+  EXPECT_CONTAINS(test::error_of([&] { client_->request_work(worker_, 0, 2); }),
+                  "is not registered: register with POST /nodes first");
+  work(*client_, worker_);
+  const std::string bytes = test::signed_file(spec(0, 0), {{0, 1}}, worker_);
+  // Nobody else may declare the worker's hash (and so make its upload fail) ...
+  const std::string declare = Json{
+      {"node_address", worker_.address()},
+      {"step", 0},
+      {"submission", 0},
+      {"sha256", std::string(64, 'f')},
+      {"size", 10}}.dump();
+  auto res = http_->Post("/submissions", signed_headers(impostor, "POST", "/submissions", declare),
+                         declare, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_CONTAINS(error_text(res), "but is signed by " + impostor.address());
+  // ... nor upload on its URL.
+  const std::string url = upload_url(0, 0, sha256_hex(bytes), bytes.size());
+  ASSERT_FALSE(url.empty());
+  res = put(url, bytes, impostor);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_TRUE(client_->accepted(0).empty());
+  EXPECT_EQ(client_->status().pending, 1);
+  // A body beyond the route's limit, chunked or compressed is refused before it is read.
+  res = http_->Post("/work", std::string(65 << 10, ' '), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  res = http_->Post("/submissions", {{"Content-Encoding", "gzip"}}, declare, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 415);
+  // An upload whose URL this server did not sign never has its body read.
+  res = put(url.substr(0, url.find("&sig=")) + "&sig=" + std::string(64, '0'), bytes);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  // The worker's own upload still goes through.
+  res = put(url, bytes);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
 TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
   start();
   const Identity other = Identity::generate();
   work(*client_, worker_);
   const std::string bytes = test::signed_file(spec(0, 0), {{0, 1, 0, 1}, {1, 0, 1, 0}}, worker_);
-  client_->submit(worker_.address(), 0, 0, bytes);
+  client_->submit(worker_, 0, 0, bytes);
   client_->publish_version(1);
   EXPECT_EQ(work(*client_, worker_, 2, 1).step, 1);
   const std::string pending = test::signed_file(spec(1, 0, 1), {{0, 1}}, worker_);
@@ -602,7 +651,10 @@ TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
 TEST(OrchestratorOptions, ComeFromTheConfigAndTheRunDirectory) {
   Config config = Config::defaults();
   ApiOptions o = api_options(config, "/tmp/runs/my-run-20260101/");
-  EXPECT_EQ(o.run_id, "my-run-20260101");
+  // The run directory's name and 64 random bits: a file of one run never passes in another.
+  EXPECT_EQ(o.run_id.substr(0, 16), "my-run-20260101-");
+  EXPECT_EQ(o.run_id.size(), 16u + 16u);
+  EXPECT_NE(api_options(config, "/tmp/runs/my-run-20260101/").run_id, o.run_id);
   EXPECT_EQ(o.data_dir, fs::path("/tmp/runs/my-run-20260101/"));
   EXPECT_EQ(o.steps, config.get<int64_t>("rl.steps"));
   EXPECT_EQ(o.batch_size, config.get<int64_t>("rl.batch_size"));
@@ -613,7 +665,7 @@ TEST(OrchestratorOptions, ComeFromTheConfigAndTheRunDirectory) {
   config.apply_override("orchestrator.port=0");
   o = api_options(config, "runs/abc");
   EXPECT_EQ(o.data_dir, fs::path("/tmp/elsewhere"));
-  EXPECT_EQ(o.run_id, "abc");
+  EXPECT_EQ(o.run_id.substr(0, 4), "abc-");
   EXPECT_EQ(o.port, 0);
   config.apply_override("orchestrator.port=70000");
   EXPECT_CONTAINS(test::error_of([&] { api_options(config, "runs/abc"); }), "orchestrator.port");

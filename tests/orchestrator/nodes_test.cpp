@@ -19,6 +19,7 @@
 
 #include "common/hashing.h"
 #include "common/json.h"
+#include "common/request_signing.h"
 #include "error_of.h"
 #include "orchestrator/api.h"
 #include "orchestrator/api_fixture.h"
@@ -41,24 +42,31 @@ int64_t unix_now() {
       .count();
 }
 
-// A registration body for `node` signed by `signer` over (`address`, `timestamp`).
-Json registration(const Identity& node, int64_t timestamp, const Identity& signer) {
-  return {{"address", node.address()},
-          {"timestamp", timestamp},
-          {"signature", signer.sign_hex(registration_message(node.address(), timestamp))}};
+// A request body with the headers that sign it.
+struct Signed {
+  std::string body;
+  httplib::Headers headers;
+};
+
+// `signer`'s signed request to `method` `path` with `body` at `timestamp` (run "run-test").
+Signed sign(const Identity& signer, const std::string& method, const std::string& path,
+            const std::string& body, int64_t timestamp) {
+  Signed out{body, {}};
+  for (auto& [k, v] : sign_request(signer, "run-test", method, path, body, timestamp))
+    out.headers.emplace(k, v);
+  return out;
 }
-Json registration(const Identity& node, int64_t timestamp) {
+
+// A registration of `node` signed by `signer` at `timestamp`.
+Signed registration(const Identity& node, int64_t timestamp, const Identity& signer) {
+  return sign(signer, "POST", "/nodes", Json{{"address", node.address()}}.dump(), timestamp);
+}
+Signed registration(const Identity& node, int64_t timestamp) {
   return registration(node, timestamp, node);
 }
 
 class NodeRegistry : public ApiFixture {
  protected:
-  ApiOptions options() const {
-    ApiOptions o = ApiFixture::options();
-    o.trainer_token = "let-me-in";
-    return o;
-  }
-
   Client& start(const ApiOptions& o) {
     port_ = start_server(o);
     trainer_ = std::make_unique<Client>(server_->url(), o.trainer_token, 10);
@@ -84,6 +92,12 @@ class NodeRegistry : public ApiFixture {
     auto c = http_from(source_ip);
     return c.Post(path.c_str(), headers, body, "application/json");
   }
+  httplib::Result post(const std::string& path, const Signed& request,
+                       const std::string& source_ip = "127.0.0.1",
+                       httplib::Headers headers = {}) const {
+    headers.insert(request.headers.begin(), request.headers.end());
+    return post(path, request.body, source_ip, headers);
+  }
 
   std::string metrics() const {
     auto res = http_from("127.0.0.1").Get("/metrics");
@@ -99,7 +113,7 @@ class NodeRegistry : public ApiFixture {
                    {"submission", submission},
                    {"sha256", sha256_hex(bytes)},
                    {"size", bytes.size()}};
-    return post("/submissions", req.dump());
+    return post("/submissions", sign(node, "POST", "/submissions", req.dump(), unix_now()));
   }
 
   int port_ = 0;
@@ -133,7 +147,7 @@ TEST_F(NodeRegistry, ARegisteredNodeJoinsTheAllowlistWithTheIpTheOrchestratorSaw
 
   // A second node from another address; a forwarded-for header is not believed.
   const Identity other = Identity::generate();
-  auto res = post("/nodes", registration(other, unix_now()).dump(), "127.0.0.2",
+  auto res = post("/nodes", registration(other, unix_now()), "127.0.0.2",
                   {{"X-Forwarded-For", "10.9.9.9"}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -145,7 +159,7 @@ TEST_F(NodeRegistry, ARegisteredNodeJoinsTheAllowlistWithTheIpTheOrchestratorSaw
   EXPECT_EQ(list.ips, (Strings{"127.0.0.1", "127.0.0.2"}));
 
   // The first node's IP changes: it moves (a later timestamp, signed afresh).
-  res = post("/nodes", registration(worker_, unix_now() + 1).dump(), "127.0.0.2");
+  res = post("/nodes", registration(worker_, unix_now() + 1), "127.0.0.2");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   list = client.allowlist();
@@ -167,69 +181,64 @@ TEST_F(NodeRegistry, ForgedStaleReplayedAndMalformedRegistrationsAreRefused) {
   Client& client = start();
   const Identity impostor = Identity::generate();
   const int64_t now = unix_now();
-  Json upper = registration(worker_, now);
   std::string up = worker_.address();
   for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  upper["address"] = up;
-  Json other_time = registration(worker_, now);
-  other_time["timestamp"] = now + 1;  // signed over `now`
-  Json short_sig = registration(worker_, now);
-  short_sig["signature"] = "abcd";
-  Json string_time = registration(worker_, now);
-  string_time["timestamp"] = std::to_string(now);
-  Json no_time = registration(worker_, now);
-  no_time.erase("timestamp");
-  for (const auto& [body, status, message] : std::vector<std::tuple<std::string, int, std::string>>{
-           {registration(worker_, now, impostor).dump(), 401,
-            "is not this address's Ed25519 signature of 'trellis-register:"},
-           {other_time.dump(), 401, "is not this address's Ed25519 signature"},
-           {registration(worker_, now - kRegistrationWindowS - 5).dump(), 401,
-            "at most 300 s are allowed"},
-           {registration(worker_, now + kRegistrationWindowS + 5).dump(), 401,
-            "at most 300 s are allowed"},
-           {upper.dump(), 400, "field 'address' must be 64 lowercase hex digits"},
-           {Json{{"address", "abc"}, {"timestamp", now}, {"signature", std::string(128, 'a')}}
-                .dump(),
-            400, "field 'address' must be 64 lowercase hex digits"},
-           {short_sig.dump(), 400, "field 'signature' must be 128 hex digits"},
-           {string_time.dump(), 400, "field 'timestamp' must be an integer"},
-           {no_time.dump(), 400, "missing field 'timestamp' (POST /nodes)"},
-           {"{not json", 400, "not JSON"}}) {
-    auto res = post("/nodes", body);
+  Signed altered = registration(worker_, now);
+  altered.body.insert(altered.body.size() - 1, " ");  // a byte added after signing
+  Signed short_sig = registration(worker_, now);
+  short_sig.headers.find(kSignatureHeader)->second = "abcd";
+  const auto body_of = [](const Identity& node) {
+    return Json{{"address", node.address()}}.dump();
+  };
+  for (const auto& [request, status, message] : std::vector<std::tuple<Signed, int, std::string>>{
+           {registration(worker_, now, impostor), 403, "is signed by " + impostor.address()},
+           {altered, 401, "the signature is not"},
+           {sign(worker_, "POST", "/work", body_of(worker_), now), 401, "the signature is not"},
+           {registration(worker_, now - 61), 401, "more than 60 s from the server's clock"},
+           {registration(worker_, now + 61), 401, "more than 60 s from the server's clock"},
+           {Signed{body_of(worker_), {}}, 401, "the request is not signed"},
+           {short_sig, 401, "malformed signature headers"},
+           {sign(worker_, "POST", "/nodes", Json{{"address", up}}.dump(), now), 400,
+            "field 'address' must be 64 lowercase hex digits"},
+           {sign(worker_, "POST", "/nodes", R"({"address": "abc"})", now), 400,
+            "field 'address' must be 64 lowercase hex digits"},
+           {sign(worker_, "POST", "/nodes", "{not json", now), 400, "not JSON"}}) {
+    auto res = post("/nodes", request);
     ASSERT_TRUE(res);
-    EXPECT_EQ(res->status, status) << body;
+    EXPECT_EQ(res->status, status) << request.body;
     EXPECT_CONTAINS(error_text(res), message);
   }
   EXPECT_TRUE(client.nodes().empty());
   EXPECT_EQ(client.allowlist().revision, 0);
 
-  // A captured registration cannot be replayed from elsewhere, nor an older one at all.
-  const std::string good = registration(worker_, now).dump();
+  // A captured registration cannot be replayed, from anywhere, nor an older one sent later.
+  const Signed good = registration(worker_, now);
   auto res = post("/nodes", good);
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
-  res = post("/nodes", good);  // the same request from the same IP: harmless
-  ASSERT_TRUE(res);
-  EXPECT_EQ(res->status, 200) << res->body;
-  for (const auto& [body, from] : std::vector<std::pair<std::string, std::string>>{
-           {good, "127.0.0.2"}, {registration(worker_, now - 1).dump(), "127.0.0.1"}}) {
-    res = post("/nodes", body, from);
+  for (const std::string from : {"127.0.0.1", "127.0.0.2"}) {
+    res = post("/nodes", good, from);
     ASSERT_TRUE(res);
     EXPECT_EQ(res->status, 401);
-    EXPECT_CONTAINS(error_text(res), "replayed or reordered");
+    EXPECT_CONTAINS(error_text(res), "a replayed request");
   }
+  res = post("/nodes", registration(worker_, now - 1), "127.0.0.2");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  EXPECT_CONTAINS(error_text(res), "replayed or reordered");
   EXPECT_EQ(client.allowlist().ips, Strings{"127.0.0.1"});
   EXPECT_EQ(client.allowlist().revision, 1);
-  EXPECT_CONTAINS(
-      metrics(),
-      "trellis_orchestrator_uploads_refused_total{reason=\"registration_signature\"} 2\n");
+  EXPECT_CONTAINS(metrics(),
+                  "trellis_orchestrator_uploads_refused_total{reason=\"bad_signature\"} 8\n");
+  EXPECT_CONTAINS(metrics(),
+                  "trellis_orchestrator_uploads_refused_total{reason=\"wrong_signer\"} 1\n");
 }
 
 TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   Client& trainer = start();
   trainer.register_node(worker_);
   const Identity bystander = Identity::generate();
-  auto res = post("/nodes", registration(bystander, unix_now()).dump(), "127.0.0.2");
+  auto res = post("/nodes", registration(bystander, unix_now()), "127.0.0.2");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(trainer.allowlist().revision, 2);
@@ -243,9 +252,9 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   const std::string url = Json::parse(res->body).at("upload_url").get<std::string>();
 
   // Without the token (or with a wrong one) nothing happens.
-  Client anonymous(server_->url(), "", 10), wrong(server_->url(), "guess", 10);
+  Client anonymous(server_->url(), "", 10), wrong(server_->url(), kValidatorToken, 10);
   EXPECT_CONTAINS(test::error_of([&] { anonymous.evict(worker_.address(), "x"); }),
-                  "POST /nodes/<address>/evict needs the trainer's bearer token");
+                  "POST /nodes/" + worker_.address() + "/evict needs the trainer's bearer token");
   EXPECT_CONTAINS(test::error_of([&] { wrong.evict(worker_.address(), "x"); }), "bearer token");
   res = post("/nodes/" + worker_.address() + "/evict", "");
   ASSERT_TRUE(res);
@@ -260,9 +269,9 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   const std::string evicted = "node " + worker_.address() + " was evicted: forged rollouts";
 
   // It cannot come back, ask for work or to upload, or use the URL it already holds.
-  EXPECT_CONTAINS(test::error_of([&] { trainer.request_work(worker_.address(), 0, 2); }), evicted);
+  EXPECT_CONTAINS(test::error_of([&] { trainer.request_work(worker_, 0, 2); }), evicted);
   EXPECT_CONTAINS(test::error_of([&] { trainer.register_node(worker_); }), evicted);
-  res = post("/nodes", registration(worker_, unix_now() + 2).dump(), "127.0.0.1");
+  res = post("/nodes", registration(worker_, unix_now() + 2), "127.0.0.1");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 403);
   EXPECT_EQ(error_text(res), evicted);
@@ -270,8 +279,10 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 403);
   EXPECT_EQ(error_text(res), evicted);
-  EXPECT_CONTAINS(test::error_of([&] { trainer.submit(worker_.address(), 0, 1, bytes); }), evicted);
-  auto put = http_from("127.0.0.1").Put(url.c_str(), bytes, "application/vnd.apache.parquet");
+  EXPECT_CONTAINS(test::error_of([&] { trainer.submit(worker_, 0, 1, bytes); }), evicted);
+  const Signed upload = sign(worker_, "PUT", url, bytes, unix_now());
+  auto put = http_from("127.0.0.1")
+                 .Put(url.c_str(), upload.headers, bytes, "application/vnd.apache.parquet");
   ASSERT_TRUE(put);
   EXPECT_EQ(put->status, 403);
   EXPECT_EQ(error_text(put), evicted);
@@ -281,11 +292,11 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   EXPECT_EQ(work(trainer, bystander).step, 0);
   const std::string theirs =
       test::signed_file({"run-test", bystander.address(), 0, 0, 0}, {{0, 1}}, bystander);
-  EXPECT_EQ(trainer.submit(bystander.address(), 0, 0, theirs), "accepted");
+  EXPECT_EQ(trainer.submit(bystander, 0, 0, theirs), "accepted");
 
   // The node's record; a second eviction keeps the first reason.
   res = post("/nodes/" + worker_.address() + "/evict", "", "127.0.0.1",
-             {{"Authorization", "Bearer let-me-in"}});
+             {{"Authorization", "Bearer " + kTrainerToken}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(Json::parse(res->body).at("evicted_reason"), "forged rollouts");
@@ -301,19 +312,19 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   // A node never seen can be evicted ahead of time (no reason: one is filled in).
   const Identity stranger = Identity::generate();
   res = post("/nodes/" + stranger.address() + "/evict", "", "127.0.0.1",
-             {{"Authorization", "Bearer let-me-in"}});
+             {{"Authorization", "Bearer " + kTrainerToken}});
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(Json::parse(res->body).at("evicted_reason"), "no reason given");
   EXPECT_EQ(trainer.allowlist().revision, 3);  // its IP was never allowed
-  res = post("/nodes", registration(stranger, unix_now()).dump(), "127.0.0.2");
+  res = post("/nodes", registration(stranger, unix_now()), "127.0.0.2");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 403);
   EXPECT_CONTAINS(error_text(res), "was evicted: no reason given");
   EXPECT_EQ(trainer.allowlist().ips, Strings{"127.0.0.2"});
 
   // Malformed evictions.
-  const httplib::Headers auth{{"Authorization", "Bearer let-me-in"}};
+  const httplib::Headers auth{{"Authorization", "Bearer " + kTrainerToken}};
   for (const auto& [path, body, message] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"/nodes/xyz/evict", "", "'xyz' is not a node address"},
@@ -354,7 +365,7 @@ TEST_F(NodeRegistry, StatusReportsTheTrainerPublicKeyPublishedWithAVersion) {
   const Identity rogue = Identity::generate();
   EXPECT_CONTAINS(test::error_of([&] { anonymous.publish_version(3, rogue.address()); }),
                   "bearer token");
-  const httplib::Headers auth{{"Authorization", "Bearer let-me-in"}};
+  const httplib::Headers auth{{"Authorization", "Bearer " + kTrainerToken}};
   for (const auto& [key, message] : std::vector<std::pair<Json, std::string>>{
            {"abc", "field 'public_key' must be 64 lowercase hex digits"},
            {std::string(64, 'G'), "field 'public_key' must be 64 lowercase hex digits"},
@@ -377,7 +388,7 @@ TEST_F(NodeRegistry, NodesEvictionsAndTheTrainerKeySurviveARestart) {
   Client& trainer = start();
   const Identity kept = Identity::generate(), signer = Identity::generate();
   trainer.register_node(worker_);
-  auto res = post("/nodes", registration(kept, unix_now()).dump(), "127.0.0.2");
+  auto res = post("/nodes", registration(kept, unix_now()), "127.0.0.2");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
   trainer.evict(worker_.address(), "slashed");

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <sys/stat.h>
 
 #include "cli/trellis_process.h"
 #include "common/files.h"
@@ -77,8 +78,9 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
       "--set",
       "orchestrator.validation=false"};  // accepted at once: no validators here
   const Identity worker = Identity::generate();
+  std::string run_id;  // the run directory's name and random bits, fixed at the first start
   const auto file = [&](int32_t step, int32_t sub, std::vector<std::vector<float>> groups) {
-    return signed_file({"run-7", worker.address(), step, sub, 0}, groups, worker);
+    return signed_file({run_id, worker.address(), step, sub, 0}, groups, worker);
   };
 
   std::vector<std::string> sent;
@@ -89,20 +91,27 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
         first.wait_for_url(run_dir / "orchestrator.url", std::chrono::seconds(60));
     ASSERT_FALSE(url.empty()) << first.log();
     orchestrator::Client client(url, "", 10);
-    EXPECT_EQ(client.status().run_id, "run-7");
+    run_id = client.status().run_id;
+    EXPECT_EQ(run_id.substr(0, 6), "run-7-");
+    // The privileged tokens were created, readable by their owner only.
+    for (const char* name : {"trainer.token", "validator.token"}) {
+      struct stat st {};
+      ASSERT_EQ(::stat((run_dir / "secrets" / name).c_str(), &st), 0) << name;
+      EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
+    }
+    client.register_node(worker);
     // The file without signal first: step 0 then needs another, and once full it takes no more.
     sent = {file(0, 0, {{1, 1}}), file(0, 1, {{0, 1, 0, 1}}), file(1, 0, {{0, 1}})};
     const std::vector<std::pair<int64_t, int64_t>> keys = {{0, 0}, {0, 1}, {1, 0}};
     for (size_t i = 0; i < keys.size(); ++i) {
-      const auto work = client.request_work(worker.address(), 0, 1).work;
+      const auto work = client.request_work(worker, 0, 1).work;
       ASSERT_TRUE(work);
       EXPECT_EQ(work->step, keys[i].first);
       EXPECT_EQ(work->submission, keys[i].second);
-      EXPECT_EQ(client.submit(worker.address(), keys[i].first, keys[i].second, sent[i]),
-                "accepted");
+      EXPECT_EQ(client.submit(worker, keys[i].first, keys[i].second, sent[i]), "accepted");
     }
-    ASSERT_TRUE(client.request_work(worker.address(), 0, 1).work);  // step 1, submission 1
-    EXPECT_NE(error_of([&] { client.submit(worker.address(), 1, 1, "garbage"); }), "");
+    ASSERT_TRUE(client.request_work(worker, 0, 1).work);  // step 1, submission 1
+    EXPECT_NE(error_of([&] { client.submit(worker, 1, 1, "garbage"); }), "");
     before = client.status();
     EXPECT_EQ(before.step, 1);  // step 0 has its 4 signal samples, step 1 has 2
     EXPECT_EQ(before.accepted, 3);
@@ -119,7 +128,7 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
   ASSERT_FALSE(url.empty()) << second.log();
   orchestrator::Client client(url, "", 10);
   const orchestrator::Status after = client.status();
-  EXPECT_EQ(after.run_id, "run-7");
+  EXPECT_EQ(after.run_id, run_id);
   EXPECT_EQ(after.step, before.step);
   EXPECT_EQ(after.accepted, 3);
   EXPECT_EQ(after.rejected, 1);
@@ -134,11 +143,11 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
   EXPECT_EQ(step1[0].sha256, sha256_hex(sent[2]));
 
   // It goes on: the worker's next work is step 1 again, which fills, and the counter moves.
-  const auto work = client.request_work(worker.address(), 0, 1).work;
+  const auto work = client.request_work(worker, 0, 1).work;
   ASSERT_TRUE(work);
   EXPECT_EQ(work->step, 1);
   EXPECT_EQ(work->submission, 2);
-  EXPECT_EQ(client.submit(worker.address(), 1, 2, file(1, 2, {{1, 0}})), "accepted");
+  EXPECT_EQ(client.submit(worker, 1, 2, file(1, 2, {{1, 0}})), "accepted");
   EXPECT_EQ(client.status().step, 2);
   EXPECT_EQ(second.stop(SIGTERM, std::chrono::seconds(20)), 0) << second.log();
   EXPECT_NE(second.log().find("shutting down"), std::string::npos) << second.log();

@@ -98,9 +98,12 @@ TEST(State, DecisionsSurviveAReopen) {
     EXPECT_EQ(s.latest(a)->counts.samples, 8);  // 2 groups of 4, once the file exists
     EXPECT_EQ(s.count_by_status().at("pending"), 3);
 
-    EXPECT_TRUE(s.accept(a, {8, 4, 32}, 110));  // accepted first although requested second
-    EXPECT_TRUE(s.accept(b, {4, 0, 16}, 111));
-    EXPECT_FALSE(s.accept(b, {4, 0, 16}, 112));  // nothing pending any more
+    // The hash is re-checked at commit: a request that changed it meanwhile wins.
+    EXPECT_FALSE(s.accept(a, std::string(64, '2'), {8, 4, 32}, 109));
+    EXPECT_TRUE(s.accept(a, std::string(64, '3'), {8, 4, 32}, 110));  // accepted first although
+                                                                      // requested second
+    EXPECT_TRUE(s.accept(b, std::string(64, '1'), {4, 0, 16}, 111));
+    EXPECT_FALSE(s.accept(b, std::string(64, '1'), {4, 0, 16}, 112));  // nothing pending any more
     EXPECT_TRUE(s.reject(c, "bad file", 113));
     EXPECT_EQ(s.request(a, std::string(64, '5'), 1, 4, 1000, 120), "accepted");  // unchanged
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
@@ -249,10 +252,11 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
       EXPECT_EQ(assign(s, key), key.submission);
       s.request(key, std::string(64, '1'), 10, 4, 1000, 100);
     }
-    EXPECT_TRUE(s.start_validation(b, {4, 2, 16}, 101));  // uploaded first
-    EXPECT_TRUE(s.start_validation(a, {4, 4, 16}, 102));
-    EXPECT_TRUE(s.start_validation(c, {2, 2, 8}, 103));
-    EXPECT_FALSE(s.start_validation(c, {2, 2, 8}, 104));  // not pending any more
+    EXPECT_FALSE(s.start_validation(b, std::string(64, '2'), {4, 2, 16}, 100));  // not declared
+    EXPECT_TRUE(s.start_validation(b, std::string(64, '1'), {4, 2, 16}, 101));   // uploaded first
+    EXPECT_TRUE(s.start_validation(a, std::string(64, '1'), {4, 4, 16}, 102));
+    EXPECT_TRUE(s.start_validation(c, std::string(64, '1'), {2, 2, 8}, 103));
+    EXPECT_FALSE(s.start_validation(c, std::string(64, '1'), {2, 2, 8}, 104));  // not pending
     EXPECT_TRUE(s.is_validating(a));
     EXPECT_EQ(s.request(a, std::string(64, '2'), 10, 4, 1000, 105), "validating");
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '1'));
@@ -291,7 +295,7 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
     EXPECT_TRUE(r.eviction.node.evicted);
     EXPECT_EQ(r.eviction.node.evicted_reason, "evicted for b");
     EXPECT_TRUE(r.eviction.rejected.empty());  // a was accepted already
-    EXPECT_TRUE(s.start_validation(d, {2, 2, 8}, 250));
+    EXPECT_TRUE(s.start_validation(d, std::string(64, '1'), {2, 2, 8}, 250));
     const Eviction e = s.evict(y, "operator", 260);
     ASSERT_EQ(e.rejected.size(), 1u);
     EXPECT_EQ(e.rejected[0].step, 1);
@@ -306,7 +310,7 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
   EXPECT_EQ(rows[0].decided_at, 220);
   EXPECT_EQ(rows[1].status, "rejected");
   EXPECT_EQ(rows[1].reason, "validator v4: bad sampling");
-  EXPECT_EQ(rows[1].claimed_by, "v4");
+  EXPECT_EQ(rows[1].claimed_by, "v1, v4");  // every claimant, in order
   EXPECT_EQ(s.submissions("rejected").size(), 3u);
   EXPECT_EQ(s.submissions("rejected", 1).size(), 1u);
   EXPECT_EQ(s.node(x)->rejections, 1);
@@ -375,7 +379,7 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
     EXPECT_EQ(s.node("bbbb")->evicted_reason, "forged");
     EXPECT_EQ(s.node("aaaa")->rejections, 0);
     // The new statuses work, and ids go on from the old ones.
-    EXPECT_TRUE(s.start_validation({1, "aaaa", 0}, {2, 2, 8}, 200));
+    EXPECT_TRUE(s.start_validation({1, "aaaa", 0}, "h3", {2, 2, 8}, 200));
     EXPECT_EQ(s.assign(2, "aaaa", 2, 1000, 201).key.submission, 0);
     EXPECT_EQ(s.request({2, "aaaa", 0}, "h4", 10, 4, 1000, 201), "pending");
     EXPECT_EQ(s.submissions("", 2)[0].id, 4);
@@ -421,7 +425,7 @@ TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
 
   // x's first file arrives (pending, then validating) and y's work lapses.
   EXPECT_EQ(s.request({0, x, 0}, std::string(64, '1'), 10, 4, 1000, 110), "pending");
-  ASSERT_TRUE(s.start_validation({0, x, 0}, {8, 4, 32}, 111));
+  ASSERT_TRUE(s.start_validation({0, x, 0}, std::string(64, '1'), {8, 4, 32}, 111));
   AdmissionSnapshot snap = s.admission_snapshot(4, 8, 400);
   EXPECT_EQ(snap.counter, 0);
   EXPECT_EQ(snap.policy_version, 0);
@@ -435,12 +439,13 @@ TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
 
   // The step fills: its other work is dropped unjudged, whatever stage it was at.
   ASSERT_EQ(s.request({0, y, 0}, std::string(64, '2'), 10, 4, 1000, 120), "pending");
-  EXPECT_FALSE(s.start_validation({0, x, 1}, {4, 4, 16}, 121));  // no upload URL asked for
+  EXPECT_FALSE(s.start_validation({0, x, 1}, std::string(64, '3'), {4, 4, 16},
+                                  121));  // no upload URL asked for
   ASSERT_TRUE(s.accept_validated({0, x, 0}, "v", 130));
   EXPECT_TRUE(s.close_full_steps(8, 131).empty());  // 4 of 8 signal samples accepted
   EXPECT_EQ(s.latest({0, x, 1})->status, "assigned");
   ASSERT_EQ(s.request({0, x, 1}, std::string(64, '3'), 10, 4, 1000, 132), "pending");
-  ASSERT_TRUE(s.start_validation({0, x, 1}, {4, 4, 16}, 133));
+  ASSERT_TRUE(s.start_validation({0, x, 1}, std::string(64, '3'), {4, 4, 16}, 133));
   ASSERT_TRUE(s.accept_validated({0, x, 1}, "v", 140));
   const auto dropped = s.close_full_steps(8, 141);
   ASSERT_EQ(dropped.size(), 1u);
@@ -468,11 +473,11 @@ TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
   // Validators take the lowest step first, though its file came later.
   ASSERT_EQ(s.request({1, z, 0}, std::string(64, '5'), 10, 4, 1000, 160), "pending");
   ASSERT_EQ(s.request({1, x, 0}, std::string(64, '6'), 10, 4, 1000, 160), "pending");
-  ASSERT_TRUE(s.start_validation({1, z, 0}, {8, 8, 32}, 161));
+  ASSERT_TRUE(s.start_validation({1, z, 0}, std::string(64, '5'), {8, 8, 32}, 161));
   EXPECT_EQ(s.assign(2, y, 2, 1000, 162).key.submission, 0);
   ASSERT_EQ(s.request({2, y, 0}, std::string(64, '7'), 10, 4, 1000, 163), "pending");
-  ASSERT_TRUE(s.start_validation({2, y, 0}, {8, 8, 32}, 164));
-  ASSERT_TRUE(s.start_validation({1, x, 0}, {8, 8, 32}, 165));
+  ASSERT_TRUE(s.start_validation({2, y, 0}, std::string(64, '7'), {8, 8, 32}, 164));
+  ASSERT_TRUE(s.start_validation({1, x, 0}, std::string(64, '6'), {8, 8, 32}, 165));
   EXPECT_EQ(s.claim("v", 10, 200)->key.node_address, z);
   EXPECT_EQ(s.claim("v", 10, 200)->key.node_address, x);
   EXPECT_EQ(s.claim("v", 10, 200)->key.step, 2);

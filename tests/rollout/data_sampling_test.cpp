@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "common/error.h"
@@ -61,6 +62,26 @@ TEST(DataSampling, EmptyDatasetIsAnError) {
   EXPECT_THROW(sample_prompt_indices(kAddress, 0, 0, 1, 0), Error);
 }
 
+// One place of a draw, in constant time: the same index as the whole draw's.
+TEST(DataSampling, OnePlaceOfADrawIsThatPlaceOfTheWholeDraw) {
+  const auto all = sample_prompt_indices(kAddress, 4, 2, 40, 1000);
+  for (int64_t i = 0; i < 40; ++i)
+    EXPECT_EQ(sample_prompt_index(kAddress, 4, 2, i, 1000), all[static_cast<size_t>(i)]) << i;
+  EXPECT_GE(sample_prompt_index(kAddress, 4, 2, std::numeric_limits<int64_t>::max(), 1000), 0);
+  EXPECT_THROW(sample_prompt_index(kAddress, 4, 2, -1, 1000), Error);
+  EXPECT_THROW(sample_prompt_index(kAddress, 4, 2, 0, 0), Error);
+}
+
+// Counts come from untrusted files (a group's place in its draw): a negative or absurd one is an
+// Error naming the draw, never std::length_error or an allocation of the whole address space.
+TEST(DataSampling, ACountOutsideItsRangeIsAnError) {
+  EXPECT_TRUE(sample_prompt_indices(kAddress, 0, 0, 0, 10).empty());
+  for (const int64_t count : {int64_t{-1}, int64_t{-2}, std::numeric_limits<int64_t>::min(),
+                              std::numeric_limits<int64_t>::max(), int64_t{1} << 40}) {
+    EXPECT_THROW(sample_prompt_indices(kAddress, 0, 0, count, 10), Error) << count;
+  }
+}
+
 // Python: int.from_bytes(hashlib.sha256(b"c"*64 + b":12:3:sampling").digest()[:8], "little") >> 1
 TEST(DataSampling, SamplingSeedIsTheDocumentedHash) {
   EXPECT_EQ(sampling_seed(std::string(64, 'c'), 12, 3), 1006325628405224674u);
@@ -82,6 +103,19 @@ TEST(DataSampling, DrawnTaskIdsRoundTripAndPlainIdsHaveNoDraw) {
   for (const char* plain : {"reverse_text-d1-00ff", "user@example", "a@1:2", "a@1:2:3:4",
                             "a@1:-2:3", "a@1:2:x", "a@:2:3", "a@1:2:3 ", "a@+1:2:3"}) {
     EXPECT_FALSE(parse_drawn_task_id(plain)) << plain;
+  }
+}
+
+// Draw coordinates come from an untrusted worker: each must fit the file's int32 columns (step,
+// submission, group place), or the task_id names no draw.
+TEST(DataSampling, DrawCoordinatesBeyondInt32NameNoDraw) {
+  const auto max = parse_drawn_task_id("t@2147483647:2147483647:2147483647");
+  ASSERT_TRUE(max);
+  EXPECT_EQ(max->second, (DrawCoordinates{2147483647, 2147483647, 2147483647}));
+  for (const char* hostile :
+       {"t@2147483648:0:0", "t@0:2147483648:0", "t@0:0:2147483648", "t@0:0:9223372036854775807",
+        "t@0:0:99999999999999999999", "t@4611686018427387904:0:0"}) {
+    EXPECT_FALSE(parse_drawn_task_id(hostile)) << hostile;
   }
 }
 

@@ -66,6 +66,50 @@ TEST(ShardcastManifest, RefusesEntriesWhoseShardsDoNotAddUp) {
             std::string::npos);
 }
 
+// ---- budgets and fuzzer findings (fuzz/manifest_fuzz.cpp) ----
+
+TEST(ShardcastManifest, RefusesTextOverTheSizeLimit) {
+  const std::string msg =
+      error_of([] { parse_manifest(std::string(kMaxManifestBytes + 1, ' '), "m.json"); });
+  EXPECT_NE(msg.find("more than the limit of 67108864"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("m.json"), std::string::npos) << msg;
+}
+
+TEST(ShardcastManifest, RefusesMoreVersionsOrShardsThanTheLimits) {
+  // Counted before any entry is read: the entries here are not even objects.
+  Json j = {{"format", "trellis-shardcast/1"},
+            {"versions", Json::array_t(kMaxManifestVersions + 1)}};
+  std::string msg = error_of([&] { manifest_from_json(j, "m.json"); });
+  EXPECT_NE(msg.find("1025 versions, more than the limit of 1024"), std::string::npos) << msg;
+  Manifest m;
+  m.put(entry_of("abcdefghij", 0, 4));
+  j = to_json(m);
+  j["versions"][0]["shards"] = Json::array_t(kMaxManifestShards + 1);
+  msg = error_of([&] { manifest_from_json(j, "m.json"); });
+  EXPECT_NE(msg.find("65537 shards, more than the limit of 65536 (m.json: versions[0])"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(ShardcastManifest, RefusesMissingVersionsAndShardSizesThatOverflow) {
+  std::string msg = error_of([] { parse_manifest(R"({"format": "trellis-shardcast/1"})", "m"); });
+  EXPECT_NE(msg.find("missing array field 'versions'"), std::string::npos) << msg;
+  // Three shards of 2^62 bytes would overflow the running total (signed: undefined behaviour).
+  Manifest m;
+  m.put(entry_of("abcdefghij", 0, 4));
+  Json j = to_json(m);
+  const int64_t quarter = int64_t{1} << 62;
+  j["versions"][0]["size"] = INT64_MAX;
+  j["versions"][0]["shard_size"] = quarter;
+  for (auto& shard : j["versions"][0]["shards"]) shard["size"] = quarter;
+  msg = error_of([&] { manifest_from_json(j, "m.json"); });
+  EXPECT_NE(msg.find("the shard sizes add up to more than the file's"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(m.json: versions[0].shards[1])"), std::string::npos) << msg;
+  j["versions"][0]["size"] = 1e300;  // not an int64_t: refused, not converted
+  msg = error_of([&] { manifest_from_json(j, "m.json"); });
+  EXPECT_NE(msg.find("field 'size' = 1e+300 is not an integer"), std::string::npos) << msg;
+}
+
 TEST(ShardcastManifest, SignatureCoversEveryShardHashAndOnlyTheTrainerKeyVerifies) {
   const Identity trainer = Identity::generate(), other = Identity::generate();
   VersionEntry e = entry_of("some weights, sharded", 7, 5);

@@ -98,6 +98,31 @@ TEST(ShardcastAccessControl, AllowlistMatchesAddressesAndNetworks) {
   EXPECT_FALSE(only_dynamic.allowed("127.0.0.1"));
 }
 
+TEST(ShardcastAccessControl, RateBucketsOfClientsGoneQuietAreForgotten) {
+  // A flood from many addresses must not grow the relay's memory for good: a bucket that has
+  // refilled is the same as none, and goes once the map has doubled.
+  AccessControl a({/*requests_per_s=*/10, /*burst=*/10, /*bytes_per_s=*/1000});
+  for (int i = 0; i < 5000; ++i) {
+    const std::string ip = "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250);
+    EXPECT_TRUE(a.admit_request(ip, 100.0));
+    a.reserve_bytes(ip, 10, 100.0);
+  }
+  EXPECT_EQ(a.tracked_clients(), 10000u);
+  // Two seconds later every bucket is full again: the sweep when a map reaches 8192 (twice its
+  // size at the last sweep) forgets those 5000, and keeps the 3192 new ones.
+  for (int i = 0; i < 4000; ++i) {
+    const std::string ip = "10.1." + std::to_string(i / 250) + "." + std::to_string(i % 250);
+    EXPECT_TRUE(a.admit_request(ip, 102.0));
+    a.reserve_bytes(ip, 10, 102.0);
+  }
+  EXPECT_EQ(a.tracked_clients(), 2u * 4000u);  // 18000 without forgetting
+  // A client still over its rate keeps its bucket, and stays limited.
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(a.admit_request("10.9.9.9", 103.0));
+  EXPECT_FALSE(a.admit_request("10.9.9.9", 103.0));
+  for (int i = 0; i < 5000; ++i) a.admit_request("10.2.0." + std::to_string(i), 103.0);
+  EXPECT_FALSE(a.admit_request("10.9.9.9", 103.0));
+}
+
 TEST(ShardcastAccessControl, RequestAndByteBucketsRefillAtTheirRate) {
   AccessControl a({/*requests_per_s=*/2, /*burst=*/3, /*bytes_per_s=*/1000});
   int admitted = 0;

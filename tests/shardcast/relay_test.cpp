@@ -8,9 +8,11 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "cli/trellis_process.h"
 #include "common/files.h"
@@ -291,7 +293,7 @@ TEST(ShardcastRelay, OnlyNodesTheOrchestratorListsMayDownloadAndEvictedOnesAreCu
   api.port = 0;
   api.data_dir = tmp.path() / "orchestrator";
   api.run_id = "allowlist";
-  api.trainer_token = "secret";
+  api.trainer_token = "a-trainer-token-of-at-least-32-chars";
   fs::create_directories(api.data_dir);
   orchestrator::Server orch(api);
   orch.start();
@@ -310,9 +312,47 @@ TEST(ShardcastRelay, OnlyNodesTheOrchestratorListsMayDownloadAndEvictedOnesAreCu
   Client client(client_options({relay.url}, origin, tmp.path() / "cache"));
   EXPECT_NO_THROW(client.fetch(1, tmp.path() / "out.bin"));
 
-  orchestrator::Client(orch.url(), "secret").evict(node.address(), "caught cheating");
+  orchestrator::Client(orch.url(), api.trainer_token).evict(node.address(), "caught cheating");
   EXPECT_TRUE(eventually([&] { return status_of(manifest) == 403; }, 10));
   EXPECT_EQ(status_of(relay.url + shard_url_path(1, 0)), 403);
+}
+
+TEST(ShardcastRelay, AllowlistEntriesThatAreNotAddressesNeverReachNginx) {
+  // The orchestrator's list becomes nginx `allow` lines: "all", a network or an injected
+  // directive would open the relay to everyone. Such a list is refused and the last one kept.
+  TempDir tmp;
+  httplib::Server fake;  // an orchestrator that went bad
+  std::mutex mu;
+  std::string answer = R"({"revision": 1, "ips": ["127.0.0.1"]})";
+  fake.Get("/allowlist", [&](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    res.set_content(answer, "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { fake.listen_after_bind(); });
+  const fs::path conf = tmp.path() / "allowlist.conf";
+  Origin origin(tmp.path() / "origin");
+  origin.publish(1, 5000, 1024);
+  RelayProcess relay(tmp.path(), "r", copy_of(origin.dir, tmp.path() / "r"), {},
+                     {"relay.allowlist_url=http://127.0.0.1:" + std::to_string(port),
+                      "relay.allowlist_poll_s=0.05", "relay.nginx_allowlist=" + conf.string()});
+  const std::string manifest = relay.url + "/manifest.json";
+  ASSERT_TRUE(eventually([&] { return status_of(manifest) == 200; }, 10));
+  const std::string good = read_file(conf);
+  for (const std::string bad : {R"(["all"])", R"(["127.0.0.2; allow all"])", R"(["0.0.0.0/0"])",
+                                R"(["127.0.0.1", "example.com"])"}) {
+    {
+      std::lock_guard lock(mu);
+      answer = R"({"revision": 2, "ips": )" + bad + "}";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several polls
+    EXPECT_EQ(read_file(conf), good) << bad;
+    EXPECT_EQ(status_of(manifest, "127.0.0.2"), 403) << bad;
+    EXPECT_EQ(status_of(manifest), 200) << bad;
+  }
+  EXPECT_EQ(good.find("allow all"), std::string::npos);
+  fake.stop();
+  serving.join();
 }
 
 TEST(ShardcastRelay, RequestsBeyondTheRateLimitGet429) {

@@ -173,5 +173,19 @@ TEST(Proof, ParsingIsFailClosed) {
   EXPECT_EQ(parse_proof("", {}, "proof").size(), 0u);
 }
 
+// A proof's size is checked before anything is allocated for its chunks.
+TEST(Proof, RefusesProofsOverTheSizeLimit) {
+  std::string chunk(258, '\0');
+  chunk[1] = 1;  // modulus 1, coefficients 0: a well-formed chunk proof
+  std::string proof;
+  const size_t chunks = kMaxProofBytes / chunk.size() + 1;
+  proof.reserve(chunks * chunk.size());
+  for (size_t c = 0; c < chunks; ++c) proof += chunk;
+  const std::string msg = test::error_of([&] { parse_proof(proof, {}, "worker proof"); });
+  EXPECT_NE(msg.find("more than the limit of 17825792"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("worker proof"), std::string::npos) << msg;
+  EXPECT_EQ(parse_proof(proof.substr(0, (chunks - 1) * chunk.size()), {}, "p").size(), chunks - 1);
+}
+
 }  // namespace
 }  // namespace trellis::toploc

@@ -15,6 +15,7 @@
 #include "common/files.h"
 #include "common/identity.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 
 namespace trellis::test {
 namespace {
@@ -130,7 +131,9 @@ class Attacks : public ::testing::Test {
     }
 
     // Every attack decided (no submission of an attacker still waits for a verdict).
-    orchestrator::Client client(url_);
+    // As the operator: listing submissions takes the trainer's token the run created.
+    orchestrator::Client client(url_, orchestrator::client_token(Config::defaults(), run_dir_,
+                                                                 orchestrator::Role::kTrainer));
     ASSERT_TRUE(wait_for(
         [&] {
           for (const auto& s : client.submissions()) {

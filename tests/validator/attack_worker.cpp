@@ -326,7 +326,7 @@ struct Attacker {
       if (status.done) break;
       if (version < status.step - status.async_level)
         fetch_policy(status.step - status.async_level);
-      const auto answer = client.request_work(identity.address(), version, max_groups);
+      const auto answer = client.request_work(identity, version, max_groups);
       if (!answer.work) {
         last_error = answer.wait_reason;
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -346,7 +346,7 @@ struct Attacker {
                   {"step", work.step},     {"submission", work.submission},
                   {"groups", work.groups}, {"version", version}};
       try {
-        out["upload"] = client.submit(identity.address(), work.step, work.submission, file);
+        out["upload"] = client.submit(identity, work.step, work.submission, file);
         if (out["upload"] != "dropped") return out;
         last_error = "dropped";
       } catch (const Error& e) {

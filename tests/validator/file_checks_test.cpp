@@ -5,8 +5,13 @@
 // binding to (run, node, step, submission) and the node's signature.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <limits>
 #include <random>
+#include <set>
+#include <stdexcept>
+#include <thread>
 
 #include "common/identity.h"
 #include "common/json.h"
@@ -25,6 +30,43 @@ namespace trellis::validator {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The first finding of check_file, whichever form it returns its findings in.
+std::optional<Finding> first_of(const std::optional<Finding>& f) { return f; }
+std::optional<Finding> first_of(const std::vector<Finding>& f) {
+  if (f.empty()) return std::nullopt;
+  return f.front();
+}
+
+// The environment of a run with a verifier that takes `seconds` per completion, or throws.
+class SlowVerifier : public env::Environment {
+ public:
+  SlowVerifier(const env::Environment& inner, double seconds, bool throws = false)
+      : inner_(inner), seconds_(seconds), throws_(throws) {}
+  std::string name() const override { return inner_.name(); }
+  std::string description() const override { return inner_.description(); }
+  std::string system_prompt() const override { return inner_.system_prompt(); }
+  env::Task generate(uint64_t seed, int difficulty) const override {
+    return inner_.generate(seed, difficulty);
+  }
+  void validate(const env::Task& task, const std::string& where) const override {
+    inner_.validate(task, where);
+  }
+  env::Score score(const env::Task& task, std::string_view completion) const override {
+    ++calls;
+    scored.insert(std::string(completion) + "|" + task.task_id);
+    if (throws_) throw std::out_of_range("the verifier indexed past its input");
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds_));
+    return inner_.score(task, completion);
+  }
+  mutable int calls = 0;
+  mutable std::set<std::string> scored;
+
+ private:
+  const env::Environment& inner_;
+  double seconds_;
+  bool throws_;
+};
 
 class FileChecks : public ::testing::Test {
  protected:
@@ -107,12 +149,21 @@ class FileChecks : public ::testing::Test {
   }
 
   // The check that rejects the current rows ("" when none does).
-  std::string check(const SeenDraws* seen = nullptr) {
+  // `environment` replaces the run's (a verifier of the test's own).
+  std::string check(const SeenDraws* seen = nullptr,
+                    const env::Environment* environment = nullptr) {
     rollout::RolloutFile file;
     file.rows = rows_;
-    const FileContext context{*rules_, *environment_, *tasks_, *prompting_};
-    const auto f = check_file(file, context, /*policy_version=*/5, seen);
+    const FileContext context{*rules_, environment ? *environment : *environment_, *tasks_,
+                              *prompting_};
+    const auto f = first_of(check_file(file, context, /*policy_version=*/5, seen));
+    message_ = f ? f->message : "";
     return f ? f->check : "";
+  }
+
+  // The rows signed by the node, as uploaded.
+  std::string signed_file() const {
+    return rollout::encode_rollout_file(rows_, {}, rollout::sign_body_with(node_));
   }
 
   static inline fs::path dir_;
@@ -123,6 +174,7 @@ class FileChecks : public ::testing::Test {
   std::unique_ptr<rl::TaskSource> tasks_;
   std::unique_ptr<Rules> rules_;
   std::vector<rollout::RolloutRecord> rows_;
+  std::string message_;  // of the last check()'s finding
 };
 
 TEST_F(FileChecks, AnHonestFilePassesAndItsGroupsHaveSignal) {
@@ -189,11 +241,15 @@ TEST_F(FileChecks, SchemaRulesOfTheRun) {
 }
 
 TEST_F(FileChecks, EndingsMustBeWhereTheEngineStops) {
-  auto& r = rows_[0];
+  auto& r = rows_[0];  // one log-prob and one version per token, or the schema objects first
   r.completion_tokens.insert(r.completion_tokens.begin() + 1, r.completion_tokens.back());
+  r.completion_logprobs.push_back(-1.0f);
+  r.token_versions.push_back(r.token_versions.back());
   EXPECT_EQ(check(), "termination");  // a stop token before the end
   make({});
   rows_[0].completion_tokens.pop_back();
+  rows_[0].completion_logprobs.pop_back();
+  rows_[0].token_versions.pop_back();
   rows_[0].finish_reason = "length";  // cut short of rl.max_tokens
   EXPECT_EQ(check(), "termination");
   make({});
@@ -256,6 +312,155 @@ TEST_F(FileChecks, TheValidatorChecksBindingAndSignatureBeforeAnythingElse) {
       rollout::encode_rollout_file(rows_, {}, rollout::sign_body_with(node_)), expected);
   EXPECT_EQ(report.reason.rfind("bounds:", 0), 0u) << report.reason;
   EXPECT_EQ(report.checked, 0);
+}
+
+// Hostile rows (a worker is untrusted): every field the checks use is range-checked before use,
+// and each yields a reject naming the check and the row, never a crash.
+TEST_F(FileChecks, AGroupIndexOutsideTheFileIsASchemaReject) {
+  for (const int32_t index :
+       {-1, -2, 2, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
+    make({});
+    for (size_t i = 0; i < 4; ++i) rows_[i].group_index = index;
+    EXPECT_EQ(check(), "schema") << index;
+    EXPECT_NE(message_.find("group_index"), std::string::npos) << message_;
+  }
+}
+
+TEST_F(FileChecks, HostileDrawCoordinatesInTheTaskIdAreRejected) {
+  make({"infer.partial_rollouts=true"});
+  const auto honest = rows_;
+  for (const std::string draw :
+       {"5:2:4611686018427387904", "5:2:9223372036854775807", "5:2:2147483648",
+        "5:9223372036854775807:0", "99999999999:2:0", "5:2:1000000", "5:2:-1"}) {
+    rows_ = honest;
+    for (size_t i = 0; i < 4; ++i) rows_[i].task_id += "@" + draw;
+    EXPECT_EQ(check(), "data sampling") << draw;
+  }
+}
+
+TEST_F(FileChecks, ArrayLengthsMustAgree) {
+  rows_[1].token_versions.pop_back();
+  EXPECT_EQ(check(), "schema");
+  EXPECT_NE(message_.find("row 1"), std::string::npos) << message_;
+  make({});
+  rows_[2].completion_logprobs.push_back(-1.0f);
+  EXPECT_EQ(check(), "schema");
+  make({});
+  rows_[3].completion_logprobs.clear();
+  EXPECT_EQ(check(), "schema");
+}
+
+TEST_F(FileChecks, TokenIdsOutsideTheVocabularyAreASchemaReject) {
+  for (const int32_t id : {-1, std::numeric_limits<int32_t>::min(), prompting_->tok.vocab_size(),
+                           std::numeric_limits<int32_t>::max()}) {
+    make({});
+    rows_[5].prompt_tokens[0] = id;
+    EXPECT_EQ(check(), "schema") << id;
+    make({});
+    rows_[6].completion_tokens[0] = id;
+    EXPECT_EQ(check(), "schema") << id;
+  }
+}
+
+TEST_F(FileChecks, NonFiniteNumbersAreASchemaReject) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const float bad : {nan, inf, -inf}) {
+    for (int field = 0; field < 6; ++field) {
+      make({});
+      auto& r = rows_[1];
+      float* target[] = {&r.reward,    &r.task_reward, &r.length_penalty,
+                         &r.advantage, &r.temperature, &r.completion_logprobs[0]};
+      if (field == 5 && bad == -inf) continue;  // a log-prob may be -inf (sampling judges it)
+      *target[field] = bad;
+      EXPECT_EQ(check(), "schema") << "field " << field << " = " << bad;
+      EXPECT_NE(message_.find("row 1"), std::string::npos) << message_;
+    }
+  }
+}
+
+TEST_F(FileChecks, AVerifierThatThrowsIsARewardReject) {
+  const SlowVerifier throwing(*environment_, 0, /*throws=*/true);
+  EXPECT_EQ(check(nullptr, &throwing), "reward");
+  EXPECT_NE(message_.find("past its input"), std::string::npos) << message_;
+}
+
+TEST_F(FileChecks, TheTimeBudgetRejectsASlowFile) {
+  make({"validator.max_file_seconds=0.2"});
+  const SlowVerifier slow(*environment_, 0.1);  // 8 rows: 0.8 s of verifier
+  EXPECT_EQ(check(nullptr, &slow), "time budget");
+  EXPECT_LT(slow.calls, 8);
+  make({"validator.max_file_seconds=600"});
+  const SlowVerifier quick(*environment_, 0.001);
+  EXPECT_EQ(check(nullptr, &quick), "");
+}
+
+TEST_F(FileChecks, RewardsAreRecheckedOnAnUnpredictableSampleUpToTheCap) {
+  make({"validator.max_reward_checks=3"});
+  std::set<std::set<std::string>> samples;
+  for (int i = 0; i < 20; ++i) {
+    const SlowVerifier counting(*environment_, 0);
+    EXPECT_EQ(check(nullptr, &counting), "");
+    EXPECT_EQ(counting.calls, 3);
+    samples.insert(counting.scored);
+  }
+  EXPECT_GT(samples.size(), 1u) << "the same rows were re-checked every time";
+  make({});  // a file within the cap has every row re-checked
+  const SlowVerifier counting(*environment_, 0);
+  EXPECT_EQ(check(nullptr, &counting), "");
+  EXPECT_EQ(counting.calls, 8);
+}
+
+TEST_F(FileChecks, AFileOverTheRowCapIsRejected) {
+  make({"validator.max_file_rows=4"});
+  EXPECT_EQ(check(), "schema");
+  EXPECT_NE(message_.find("validator.max_file_rows"), std::string::npos) << message_;
+}
+
+TEST_F(FileChecks, AModelCheckThatThrowsIsARejectNotACrash) {
+  const ModelOf throwing = [](int64_t) -> model::Transformer& {
+    throw std::out_of_range("vector::_M_range_check");
+  };
+  Validator validator(*config_, *prompting_, throwing);
+  const Expected expected{"run", node_.address(), 5, 2, 5};
+  Report report;
+  ASSERT_NO_THROW(report = validator.validate(signed_file(), expected));
+  EXPECT_FALSE(report.accepted);
+  EXPECT_NE(report.reason.find("_M_range_check"), std::string::npos) << report.reason;
+  EXPECT_NE(report.reason.find("row"), std::string::npos) << report.reason;
+}
+
+// The validator's own trouble (a policy it cannot fetch) is no verdict on the file.
+TEST_F(FileChecks, APolicyTheValidatorCannotFetchLeavesTheFileUnjudged) {
+  const ModelOf unavailable = [](int64_t v) -> model::Transformer& {
+    throw CannotJudge(fmt::format("policy version {}: no relay answered", v));
+  };
+  Validator validator(*config_, *prompting_, unavailable);
+  EXPECT_THROW(validator.validate(signed_file(), {"run", node_.address(), 5, 2, 5}), CannotJudge);
+}
+
+TEST_F(FileChecks, TheValidatorRejectsHostileRowsWithTheirReason) {
+  const ModelOf no_model = [](int64_t) -> model::Transformer& {
+    throw Error("the model checks must not run on a file that fails the file checks");
+  };
+  const Expected expected{"run", node_.address(), 5, 2, 5};
+  {
+    Validator validator(*config_, *prompting_, no_model);
+    const auto honest = rows_;
+    for (const int32_t index : {-1, -2, std::numeric_limits<int32_t>::max()}) {
+      rows_ = honest;
+      for (size_t i = 4; i < 8; ++i) rows_[i].group_index = index;
+      Report report;
+      ASSERT_NO_THROW(report = validator.validate(signed_file(), expected)) << index;
+      EXPECT_FALSE(report.accepted);
+      EXPECT_EQ(report.reason.rfind("schema: row 4: group_index", 0), 0u) << report.reason;
+    }
+  }
+  make({"validator.max_file_seconds=0.000001"});
+  Validator hurried(*config_, *prompting_, no_model);
+  const auto report = hurried.validate(signed_file(), expected);
+  EXPECT_FALSE(report.accepted);
+  EXPECT_NE(report.reason.find("time budget:"), std::string::npos) << report.reason;
 }
 
 }  // namespace

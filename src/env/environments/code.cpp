@@ -11,6 +11,16 @@
 // reply (```python, ```py, ```python3 or a bare ```); tests run in order and scoring stops at the
 // first failure, whose reason names it ("test 3/5: expected '6', got '5'").
 //
+// Assert tests of the form `assert <expression> == <literal>` (either side the literal) are not
+// run as asserts: `==` inside the program would ask the returned object, whose __eq__ the program
+// wrote. A trusted sandboxed run without the program first reads each assert with Python's `ast`
+// and encodes the literal (verifiers/python_values.h). Then a harness runs the program, evaluates
+// the expression, checks the result's type exactly (`type(x) is int`, ...: no subclass, no custom
+// class) and writes its plain encoding to a pipe only the harness's result goes to
+// (Sandbox::kChannelFd, not stdout); the expected value never enters that sandbox, and the two are
+// compared here. Other asserts (`assert f(x)`, `assert abs(f(x) - y) < 1e-9`, several lines) still
+// run inside the program and trust its values.
+//
 // The generator makes parametric problems (sums, FizzBuzz, brackets, primes, Fibonacci mod m,
 // inversions, ...) whose expected outputs come from C++ reference implementations, written
 // independently of the Python reference solutions (often brute force where those are clever).
@@ -23,6 +33,7 @@
 #include "common/rng.h"
 #include "env/answer_extraction.h"
 #include "env/environments/environments.h"
+#include "env/verifiers/python_values.h"
 
 namespace trellis::env {
 namespace {
@@ -727,6 +738,103 @@ constexpr Family kFamilies[] = {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Assert tests compared outside the program
+
+// Encodes a value as python_values.h describes, accepting only exact plain types; used by the plan
+// (on the task's literals) and by the harness (on what the program returned).
+constexpr const char* kEncoder = R"PY(import json, os, sys
+if hasattr(sys, 'set_int_max_str_digits'):
+    sys.set_int_max_str_digits(0)
+
+
+def _trellis_encode(x, depth=0):
+    t = type(x)
+    if x is None or t is bool or t is str:
+        return x
+    if t is int:
+        return {'int': int.__repr__(x)}
+    if t is float:
+        return {'float': float.__repr__(x)}
+    if depth >= 100:
+        raise ValueError('the test result is nested more than 100 levels deep')
+    if t is list:
+        return {'list': [_trellis_encode(v, depth + 1) for v in x]}
+    if t is tuple:
+        return {'tuple': [_trellis_encode(v, depth + 1) for v in x]}
+    if t is set or t is frozenset:
+        return {'set': [_trellis_encode(v, depth + 1) for v in x]}
+    if t is dict:
+        return {'dict': [[_trellis_encode(k, depth + 1), _trellis_encode(v, depth + 1)]
+                         for k, v in dict.items(x)]}
+    raise TypeError('a test result must be None, bool, int, float, str, list, tuple, set or '
+                    'dict, not ' + type.__repr__(t))
+)PY";
+
+// The plan (trusted; the program is not in it): stdin holds each assert's code in hex, one a line;
+// stdout gets one line each: null, or {"call": expression, "expected": encoded literal}.
+constexpr const char* kPlanner = R"PY(
+
+import ast
+
+
+def _trellis_plan(code):
+    try:
+        tree = ast.parse(code)
+    except Exception:
+        return None
+    if len(tree.body) != 1 or type(tree.body[0]) is not ast.Assert:
+        return None
+    test = tree.body[0].test
+    if type(test) is not ast.Compare or len(test.ops) != 1 or type(test.ops[0]) is not ast.Eq:
+        return None
+    sides = [test.left, test.comparators[0]]
+    for literal in (1, 0):
+        try:
+            expected = _trellis_encode(ast.literal_eval(sides[literal]))
+        except Exception:
+            continue
+        node = sides[1 - literal]
+        call = ast.get_source_segment(code, node) or ast.unparse(node)
+        return {'call': call, 'expected': expected}
+    return None
+
+
+for line in sys.stdin:
+    plan = _trellis_plan(bytes.fromhex(line.strip()).decode('utf-8', 'replace'))
+    print(json.dumps(plan, ensure_ascii=True))
+)PY";
+
+// The harness: runs the program as __main__, evaluates the test's expression, and writes the
+// encoded result to the channel. {program} and {call} are hex.
+constexpr const char* kHarness = R"PY(
+
+def _trellis_test(program, call, encode=_trellis_encode, dumps=json.dumps, write=os.write):
+    namespace = globals()
+    exec(compile(program, 'main.py', 'exec'), namespace)
+    value = eval(compile(call, 'test', 'eval'), namespace)
+    data = dumps(encode(value), ensure_ascii=True).encode('ascii')
+    while data:
+        data = data[write({fd}, data):]
+
+
+_trellis_test(bytes.fromhex('{program}'), bytes.fromhex('{call}'))
+)PY";
+
+std::string hex(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (const unsigned char c : bytes) fmt::format_to(std::back_inserter(out), "{:02x}", c);
+  return out;
+}
+
+// How an assert test is checked outside the program: the expression to evaluate in it, and the
+// canonical form of the value it must equal.
+struct AssertPlan {
+  std::string call;
+  std::string expected;
+};
+
+// ---------------------------------------------------------------------------------------------
 
 // "trellis-asserts-done-" and 64 random bits.
 std::string assert_marker() {
@@ -792,8 +900,14 @@ class CodeEnvironment final : public Environment {
     if (trim(*block).empty()) return {0, "the ```python block is empty"};
     const std::string program(*block);
     const size_t n = tests.size();
+    std::vector<std::optional<AssertPlan>> plans;
+    if (std::string error = plan_asserts(tests, plans); !error.empty()) return {0, error};
     for (size_t i = 0; i < n; ++i) {
       const TestCase& t = tests[i];
+      if (plans[i]) {
+        if (auto failed = run_planned(program, *plans[i], t, i, n)) return *failed;
+        continue;
+      }
       // Throws only when the sandbox cannot run at all: a broken setup, not a wrong answer.
       // An assert test passes only if the line after the asserts runs: a program that exits early
       // (sys.exit(0) at import, an excepthook calling os._exit(0)) skips the asserts but must not
@@ -822,6 +936,65 @@ class CodeEnvironment final : public Environment {
   }
 
  private:
+  // Reads the task's asserts in a sandboxed run without the program: plans[i] for each test that
+  // is `assert <expression> == <literal>`. "" or why the tests could not be read.
+  std::string plan_asserts(const std::vector<TestCase>& tests,
+                           std::vector<std::optional<AssertPlan>>& plans) const {
+    plans.assign(tests.size(), std::nullopt);
+    std::string input;
+    for (const auto& t : tests) {
+      if (t.is_assert) input += hex(t.code) + "\n";
+    }
+    if (input.empty()) return "";
+    const SandboxResult r = sandbox_.run(std::string(kEncoder) + kPlanner, input);
+    if (!r.passed()) return fmt::format("the assert tests could not be read: {}", r.failure);
+    std::string_view out = r.out;
+    for (size_t i = 0; i < tests.size(); ++i) {
+      if (!tests[i].is_assert) continue;
+      const size_t end = out.find('\n');
+      if (end == std::string_view::npos) return "the assert tests could not be read: no plan";
+      const std::string_view line = out.substr(0, end);
+      out.remove_prefix(end + 1);
+      if (line == "null") continue;
+      // Trusted output (the encoder bounds the nesting): parsed as it is.
+      const Json parsed = Json::parse(line, nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains("call") ||
+          !parsed["call"].is_string() || !parsed.contains("expected")) {
+        return "the assert tests could not be read: a malformed plan";
+      }
+      std::string error;
+      auto expected = canonical_python_value(parsed["expected"].dump(), error);
+      if (!expected) continue;  // a literal the encoding has no form for: run the assert
+      plans[i] = AssertPlan{parsed["call"].get<std::string>(), std::move(*expected)};
+    }
+    return "";
+  }
+
+  // Runs test i (of n) by its plan; the Score when it fails.
+  std::optional<Score> run_planned(const std::string& program, const AssertPlan& plan,
+                                   const TestCase& t, size_t i, size_t n) const {
+    const std::string harness =
+        std::string(kEncoder) +
+        fmt::format(fmt::runtime(kHarness), fmt::arg("fd", Sandbox::kChannelFd),
+                    fmt::arg("program", hex(program)), fmt::arg("call", hex(plan.call)));
+    const SandboxResult r = sandbox_.run(harness, "", RunOptions{.channel = true});
+    if (!r.passed()) return Score{0, fmt::format("test {}/{}: {}", i + 1, n, r.failure)};
+    if (r.channel.empty()) {
+      return Score{0,
+                   fmt::format("test {}/{}: the program exited before its asserts ran", i + 1, n)};
+    }
+    std::string error;
+    const auto got = canonical_python_value(r.channel, error);
+    if (!got) {
+      return Score{0, fmt::format("test {}/{}: its result could not be read: {}", i + 1, n, error)};
+    }
+    if (*got != plan.expected) {
+      return Score{0,
+                   fmt::format("test {}/{}: assertion failed: {}", i + 1, n, quoted(trim(t.code)))};
+    }
+    return std::nullopt;
+  }
+
   Sandbox sandbox_;
 };
 

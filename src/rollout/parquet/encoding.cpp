@@ -1,5 +1,6 @@
 #include "rollout/parquet/encoding.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -72,23 +73,62 @@ size_t decode_plain(std::string_view in, size_t count, Values& out, const std::s
 
 void decode_dictionary_indices(std::string_view in, size_t count, const Values& dictionary,
                                Values& out, const std::string& where) {
+  std::vector<uint32_t> indices;
+  decode_dictionary_index_stream(in, count, value_count(dictionary), indices, where);
+  expand_dictionary(dictionary, indices, out);
+}
+
+uint64_t plain_decoded_bytes(const Values& like, size_t in_size, size_t count) {
+  return std::visit(
+      [&](const auto& v) -> uint64_t {
+        using T = typename std::decay_t<decltype(v)>::value_type;
+        if constexpr (std::is_same_v<T, std::string>) {
+          // Each value is a 4-byte length and its bytes: at most in_size / 4 of them.
+          const uint64_t n = std::min<uint64_t>(count, in_size / 4);
+          return n * kStringValueBytes + (in_size - 4 * n);
+        } else {
+          return std::min<uint64_t>(count, in_size / sizeof(T)) * sizeof(T);
+        }
+      },
+      like);
+}
+
+void decode_dictionary_index_stream(std::string_view in, size_t count, size_t dict_size,
+                                    std::vector<uint32_t>& indices, const std::string& where) {
+  indices.clear();
   if (count == 0) return;
   if (in.empty()) fail(where, "dictionary-encoded page has no bit width");
   const int width = static_cast<uint8_t>(in[0]);
   if (width > 32) fail(where, "dictionary index bit width {} is above 32", width);
-  std::vector<uint32_t> indices;
   decode_hybrid(in.substr(1), width, count, indices, where);
-  const size_t dict_size = value_count(dictionary);
+  for (uint32_t index : indices)
+    if (index >= dict_size)
+      fail(where, "dictionary index {} is past the dictionary's {} entries", index, dict_size);
+}
+
+uint64_t dictionary_expansion_bytes(const Values& dictionary,
+                                    const std::vector<uint32_t>& indices) {
+  return std::visit(
+      [&](const auto& dict) -> uint64_t {
+        using T = typename std::decay_t<decltype(dict)>::value_type;
+        if constexpr (std::is_same_v<T, std::string>) {
+          uint64_t bytes = 0;
+          for (uint32_t index : indices) bytes += kStringValueBytes + dict[index].size();
+          return bytes;
+        } else {
+          return static_cast<uint64_t>(indices.size()) * sizeof(T);
+        }
+      },
+      dictionary);
+}
+
+void expand_dictionary(const Values& dictionary, const std::vector<uint32_t>& indices,
+                       Values& out) {
   std::visit(
       [&](auto& v) {
         using Vec = std::decay_t<decltype(v)>;
         const Vec& dict = std::get<Vec>(dictionary);
-        for (uint32_t index : indices) {
-          if (index >= dict_size)
-            fail(where, "dictionary index {} is past the dictionary's {} entries", index,
-                 dict_size);
-          v.push_back(dict[index]);
-        }
+        for (uint32_t index : indices) v.push_back(dict[index]);
       },
       out);
 }

@@ -1,6 +1,7 @@
 #include "rollout/parquet/file_metadata.h"
 
 #include "common/error.h"
+#include "rollout/parquet/budget.h"
 #include "rollout/parquet/format.h"
 #include "rollout/parquet/thrift_compact.h"
 
@@ -40,6 +41,17 @@ void write_column_meta(ThriftWriter& w, const ColumnMetaData& m) {
 
 // ---- reading ----
 
+// What parsing one footer needs beside the reader: the budget every list and struct is charged
+// to before it is added, and the column chunks counted so far.
+struct Parse {
+  ThriftReader& r;
+  BudgetMeter& meter;
+  size_t chunks = 0;
+
+  const DecodeBudget& budget() const { return meter.budget(); }
+  void charge(uint64_t bytes, const char* what) { meter.charge(bytes, what, r.where()); }
+};
+
 LogicalKind read_logical(ThriftReader& r, SchemaElement& e) {
   LogicalKind kind = LogicalKind::kNone;
   r.read_struct([&](int16_t id, FT type) {
@@ -62,7 +74,8 @@ LogicalKind read_logical(ThriftReader& r, SchemaElement& e) {
   return kind;
 }
 
-SchemaElement read_schema_element(ThriftReader& r) {
+SchemaElement read_schema_element(Parse& p) {
+  ThriftReader& r = p.r;
   SchemaElement e;
   bool has_name = false;
   r.read_struct([&](int16_t id, FT t) {
@@ -95,12 +108,15 @@ SchemaElement read_schema_element(ThriftReader& r) {
     }
   });
   if (!has_name) fail(r.where(), "a schema element has no name");
+  p.charge(sizeof(SchemaElement) + e.name.size(), "a schema element");
   return e;
 }
 
-ColumnMetaData read_column_meta(ThriftReader& r) {
+ColumnMetaData read_column_meta(Parse& p) {
+  ThriftReader& r = p.r;
   ColumnMetaData m;
   unsigned seen = 0;
+  const size_t max_list = p.budget().max_chunk_list_elements;
   r.read_struct([&](int16_t id, FT t) {
     switch (id) {
       case 1:
@@ -109,12 +125,23 @@ ColumnMetaData read_column_meta(ThriftReader& r) {
       case 2:
         if (t != FT::kList) fail(r.where(), "ColumnMetaData.encodings is not a list");
         r.read_list(
-            FT::kI32, [&] { m.encodings.push_back(r.element_i32()); }, "encodings");
+            FT::kI32,
+            [&] {
+              p.charge(sizeof(int32_t), "ColumnMetaData.encodings");
+              m.encodings.push_back(r.element_i32());
+            },
+            "ColumnMetaData.encodings", max_list, "max_chunk_list_elements");
         break;
       case 3:
         if (t != FT::kList) fail(r.where(), "ColumnMetaData.path_in_schema is not a list");
         r.read_list(
-            FT::kString, [&] { m.path_in_schema.push_back(r.element_string()); }, "path_in_schema");
+            FT::kString,
+            [&] {
+              std::string element = r.element_string();
+              p.charge(sizeof(std::string) + element.size(), "ColumnMetaData.path_in_schema");
+              m.path_in_schema.push_back(std::move(element));
+            },
+            "ColumnMetaData.path_in_schema", max_list, "max_chunk_list_elements");
         break;
       case 4:
         m.codec = r.i32(t, "ColumnMetaData.codec");
@@ -145,19 +172,24 @@ ColumnMetaData read_column_meta(ThriftReader& r) {
   return m;
 }
 
-ColumnChunk read_column_chunk(ThriftReader& r) {
+ColumnChunk read_column_chunk(Parse& p) {
+  ThriftReader& r = p.r;
+  BudgetMeter::check_count(++p.chunks, p.budget().max_column_chunks, "column chunks in the footer",
+                           "max_column_chunks", r.where());
+  p.charge(sizeof(ColumnChunk), "a column chunk");
   ColumnChunk c;
   r.read_struct([&](int16_t id, FT t) {
     switch (id) {
       case 1:
         c.file_path = r.string(t, "ColumnChunk.file_path");
+        p.charge(c.file_path->size(), "ColumnChunk.file_path");
         return true;
       case 2:
         c.file_offset = r.i64(t, "ColumnChunk.file_offset");
         return true;
       case 3:
         if (t != FT::kStruct) fail(r.where(), "ColumnChunk.meta_data is not a struct");
-        c.meta_data = read_column_meta(r);
+        c.meta_data = read_column_meta(p);
         return true;
       case 8:
       case 9:
@@ -170,7 +202,9 @@ ColumnChunk read_column_chunk(ThriftReader& r) {
   return c;
 }
 
-RowGroup read_row_group(ThriftReader& r) {
+RowGroup read_row_group(Parse& p) {
+  ThriftReader& r = p.r;
+  p.charge(sizeof(RowGroup), "a row group");
   RowGroup g;
   bool has_columns = false, has_rows = false;
   r.read_struct([&](int16_t id, FT t) {
@@ -178,7 +212,8 @@ RowGroup read_row_group(ThriftReader& r) {
       case 1:
         if (t != FT::kList) fail(r.where(), "RowGroup.columns is not a list");
         r.read_list(
-            FT::kStruct, [&] { g.columns.push_back(read_column_chunk(r)); }, "RowGroup.columns");
+            FT::kStruct, [&] { g.columns.push_back(read_column_chunk(p)); }, "RowGroup.columns",
+            p.budget().max_column_chunks, "max_column_chunks");
         has_columns = true;
         return true;
       case 2:
@@ -239,7 +274,15 @@ std::string serialize_file_metadata(const FileMetaData& meta) {
 }
 
 FileMetaData parse_file_metadata(std::string_view bytes, const std::string& where) {
+  BudgetMeter meter(DecodeBudget{}, bytes.size());
+  return parse_file_metadata(bytes, where, meter);
+}
+
+FileMetaData parse_file_metadata(std::string_view bytes, const std::string& where,
+                                 BudgetMeter& meter) {
   ThriftReader r(bytes, where);
+  Parse p{r, meter};
+  const DecodeBudget& budget = meter.budget();
   FileMetaData meta;
   unsigned seen = 0;
   r.read_struct([&](int16_t id, FT t) {
@@ -250,7 +293,8 @@ FileMetaData parse_file_metadata(std::string_view bytes, const std::string& wher
       case 2:
         if (t != FT::kList) fail(where, "FileMetaData.schema is not a list");
         r.read_list(
-            FT::kStruct, [&] { meta.schema.push_back(read_schema_element(r)); }, "schema");
+            FT::kStruct, [&] { meta.schema.push_back(read_schema_element(p)); },
+            "FileMetaData.schema", budget.max_schema_elements, "max_schema_elements");
         break;
       case 3:
         meta.num_rows = r.i64(t, "FileMetaData.num_rows");
@@ -258,7 +302,8 @@ FileMetaData parse_file_metadata(std::string_view bytes, const std::string& wher
       case 4:
         if (t != FT::kList) fail(where, "FileMetaData.row_groups is not a list");
         r.read_list(
-            FT::kStruct, [&] { meta.row_groups.push_back(read_row_group(r)); }, "row_groups");
+            FT::kStruct, [&] { meta.row_groups.push_back(read_row_group(p)); },
+            "FileMetaData.row_groups", budget.max_row_groups, "max_row_groups");
         break;
       case 5:
         if (t != FT::kList) fail(where, "FileMetaData.key_value_metadata is not a list");
@@ -266,6 +311,7 @@ FileMetaData parse_file_metadata(std::string_view bytes, const std::string& wher
             FT::kStruct,
             [&] {
               std::pair<std::string, std::string> kv;
+              size_t offset = std::string::npos;
               bool has_key = false;
               r.read_struct([&](int16_t field, FT ft) {
                 if (field == 1) {
@@ -275,14 +321,18 @@ FileMetaData parse_file_metadata(std::string_view bytes, const std::string& wher
                 }
                 if (field == 2) {
                   kv.second = r.string(ft, "KeyValue.value");
+                  offset = r.consumed() - kv.second.size();  // the value's bytes end here
                   return true;
                 }
                 return false;
               });
               if (!has_key) fail(where, "a key/value metadata entry has no key");
+              p.charge(sizeof(kv) + sizeof(offset) + kv.first.size() + kv.second.size(),
+                       "a key/value metadata entry");
               meta.key_value_metadata.push_back(std::move(kv));
+              meta.key_value_offsets.push_back(offset);
             },
-            "key_value_metadata");
+            "FileMetaData.key_value_metadata", budget.max_key_values, "max_key_values");
         break;
       case 6:
         meta.created_by = r.string(t, "FileMetaData.created_by");

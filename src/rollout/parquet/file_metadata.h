@@ -13,6 +13,8 @@
 
 namespace trellis::rollout::parquet {
 
+class BudgetMeter;
+
 struct SchemaElement {
   std::optional<int32_t> type;  // Type; absent for groups
   std::optional<int32_t> type_length;
@@ -59,6 +61,9 @@ struct FileMetaData {
   int64_t num_rows = 0;
   std::vector<RowGroup> row_groups;
   std::vector<std::pair<std::string, std::string>> key_value_metadata;
+  // Set by parsing: where each key/value entry's value starts in the footer bytes (npos for an
+  // entry without a value), so that a signature stored in one can be located in the raw file.
+  std::vector<size_t> key_value_offsets;
   std::string created_by;
   bool encrypted = false;  // encryption_algorithm present
 };
@@ -66,7 +71,10 @@ struct FileMetaData {
 std::string serialize_file_metadata(const FileMetaData& meta);
 
 // Parses footer bytes; Error naming `where` if they are not a FileMetaData or lack required
-// fields.
+// fields, or if its lists or the memory they take exceed `meter`'s budget (checked before each
+// element is added). The first form uses the default budget for a file of bytes.size().
 FileMetaData parse_file_metadata(std::string_view bytes, const std::string& where);
+FileMetaData parse_file_metadata(std::string_view bytes, const std::string& where,
+                                 BudgetMeter& meter);
 
 }  // namespace trellis::rollout::parquet

@@ -159,10 +159,14 @@ void ThriftReader::read_struct(const std::function<bool(int16_t, FieldType)>& fi
 }
 
 void ThriftReader::read_list(FieldType element_type, const std::function<void()>& element,
-                             const char* what) {
+                             const char* what, size_t max_elements, const char* limit) {
   TType type;
   uint32_t size;
   guarded([&] { return impl_->proto.readListBegin(type, size); });
+  if (size > max_elements)
+    fail(where_,
+         "decode budget exceeded: {} has {} elements, above the limit of {} (DecodeBudget.{})",
+         what, size, max_elements, limit);
   if (size > 0 && type != ttype(element_type))
     fail(where_, "Thrift list {} holds wire type {}, expected {}", what, static_cast<int>(type),
          static_cast<int>(element_type));

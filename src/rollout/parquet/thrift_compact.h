@@ -5,6 +5,7 @@
 // every Thrift failure becomes an Error naming `where`.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,8 +71,11 @@ class ThriftReader {
   // Reads a struct: calls `field(id, type)` for each field, which reads the value with a getter
   // and returns true, or returns false to have it skipped.
   void read_struct(const std::function<bool(int16_t id, FieldType type)>& field);
-  // Reads a list of `element_type` elements, calling `element()` for each (which reads it).
-  void read_list(FieldType element_type, const std::function<void()>& element, const char* what);
+  // Reads a list of `element_type` elements, calling `element()` for each (which reads it). A
+  // list of more than `max_elements` is refused before any element is read, naming `limit` (the
+  // DecodeBudget field that sets it).
+  void read_list(FieldType element_type, const std::function<void()>& element, const char* what,
+                 size_t max_elements = SIZE_MAX, const char* limit = "");
 
   // Getters: `type` is the wire type read_struct reported (checked against what the field must
   // be); `what` names the field in errors.

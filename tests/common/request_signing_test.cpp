@@ -1,0 +1,98 @@
+// Signed requests: what a signature binds (run, method, target, time, nonce, body), the timestamp
+// window, replays, and the nonce memory's bound.
+#include "common/request_signing.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "common/hashing.h"
+
+namespace trellis {
+namespace {
+
+SignedHeaders headers_of(const std::vector<std::pair<std::string, std::string>>& list) {
+  std::map<std::string, std::string> m(list.begin(), list.end());
+  return {m[kSignerHeader], m[kTimestampHeader], m[kNonceHeader], m[kSignatureHeader]};
+}
+
+TEST(RequestSigning, AHonestRequestPassesOnceAndEveryAlterationFails) {
+  const Identity node = Identity::generate();
+  NonceWindow nonces(60, 1000);
+  const int64_t now = 1'000'000;
+  const auto h = headers_of(sign_request(node, "run-1", "POST", "/work", "{\"a\":1}", now));
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":1}", now, nonces),
+            SignatureCheck::kOk);
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":1}", now, nonces),
+            SignatureCheck::kReplayed);
+  // Each alteration is caught before the nonce is consulted (a fresh window would pass it).
+  NonceWindow fresh(60, 1000);
+  EXPECT_EQ(check_signed_request(h, "run-2", "POST", "/work", "{\"a\":1}", now, fresh),
+            SignatureCheck::kBadSignature);
+  EXPECT_EQ(check_signed_request(h, "run-1", "PUT", "/work", "{\"a\":1}", now, fresh),
+            SignatureCheck::kBadSignature);
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work?x=1", "{\"a\":1}", now, fresh),
+            SignatureCheck::kBadSignature);
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":2}", now, fresh),
+            SignatureCheck::kBadSignature);
+  SignedHeaders other = h;
+  other.signer = Identity::generate().address();  // claims another node
+  EXPECT_EQ(check_signed_request(other, "run-1", "POST", "/work", "{\"a\":1}", now, fresh),
+            SignatureCheck::kBadSignature);
+  other = h;
+  other.timestamp = std::to_string(now + 1);
+  EXPECT_EQ(check_signed_request(other, "run-1", "POST", "/work", "{\"a\":1}", now, fresh),
+            SignatureCheck::kBadSignature);
+  // None of those consumed the nonce: the honest request still passes in the fresh window.
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":1}", now, fresh),
+            SignatureCheck::kOk);
+}
+
+TEST(RequestSigning, StaleMissingAndMalformedHeadersAreRefused) {
+  const Identity node = Identity::generate();
+  NonceWindow nonces(60, 1000);
+  const int64_t now = 1'000'000;
+  const auto old = headers_of(sign_request(node, "r", "GET", "/x", "", now - 61));
+  EXPECT_EQ(check_signed_request(old, "r", "GET", "/x", "", now, nonces), SignatureCheck::kStale);
+  const auto ahead = headers_of(sign_request(node, "r", "GET", "/x", "", now + 61));
+  EXPECT_EQ(check_signed_request(ahead, "r", "GET", "/x", "", now, nonces),
+            SignatureCheck::kStale);
+  EXPECT_NE(describe(SignatureCheck::kStale, old, now, 60).find("clock"), std::string::npos);
+  EXPECT_EQ(check_signed_request({}, "r", "GET", "/x", "", now, nonces), SignatureCheck::kMissing);
+  SignedHeaders bad = headers_of(sign_request(node, "r", "GET", "/x", "", now));
+  bad.timestamp = "12x";
+  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", "", now, nonces),
+            SignatureCheck::kMalformed);
+  bad = headers_of(sign_request(node, "r", "GET", "/x", "", now));
+  bad.nonce = "short";
+  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", "", now, nonces),
+            SignatureCheck::kMalformed);
+  bad = headers_of(sign_request(node, "r", "GET", "/x", "", now));
+  bad.timestamp = "99999999999999999999999";  // overflows int64
+  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", "", now, nonces),
+            SignatureCheck::kMalformed);
+}
+
+TEST(RequestSigning, TheNonceMemoryIsBoundedAndForgetsOldNonces) {
+  NonceWindow nonces(60, 3);
+  EXPECT_EQ(nonces.record("a", "1", 100, 100), NonceWindow::Result::kFresh);
+  EXPECT_EQ(nonces.record("a", "2", 100, 100), NonceWindow::Result::kFresh);
+  EXPECT_EQ(nonces.record("b", "1", 100, 100), NonceWindow::Result::kFresh);  // per signer
+  EXPECT_EQ(nonces.record("a", "3", 100, 100), NonceWindow::Result::kFull);
+  EXPECT_EQ(nonces.record("a", "1", 100, 150), NonceWindow::Result::kReplayed);
+  // Once the window has passed, a replay fails the timestamp check instead, so nonces go.
+  EXPECT_EQ(nonces.record("a", "3", 200, 200), NonceWindow::Result::kFresh);
+}
+
+TEST(Hashing, ConstantTimeEqualAndRandomHex) {
+  EXPECT_TRUE(constant_time_equal("token", "token"));
+  EXPECT_FALSE(constant_time_equal("token", "tokem"));
+  EXPECT_FALSE(constant_time_equal("token", "token "));
+  EXPECT_FALSE(constant_time_equal("", "x"));
+  const std::string a = random_hex(16), b = random_hex(16);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace trellis
