@@ -28,18 +28,15 @@ std::string request_message(std::string_view run_id, std::string_view method,
                      timestamp, nonce, sha256_hex(body));
 }
 
-std::vector<std::pair<std::string, std::string>> sign_request(const Identity& identity,
-                                                              std::string_view run_id,
-                                                              std::string_view method,
-                                                              std::string_view target,
-                                                              std::string_view body,
-                                                              int64_t timestamp) {
+std::vector<std::pair<std::string, std::string>> sign_request(
+    const Identity& identity, std::string_view run_id, std::string_view method,
+    std::string_view target, std::string_view body, int64_t timestamp) {
   const std::string nonce = random_hex(kNonceHexDigits / 2);
   return {{kSignerHeader, identity.address()},
           {kTimestampHeader, std::to_string(timestamp)},
           {kNonceHeader, nonce},
-          {kSignatureHeader, identity.sign_hex(request_message(run_id, method, target, timestamp,
-                                                               nonce, body))}};
+          {kSignatureHeader,
+           identity.sign_hex(request_message(run_id, method, target, timestamp, nonce, body))}};
 }
 
 NonceWindow::NonceWindow(int64_t window_s, size_t capacity)

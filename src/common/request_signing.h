@@ -19,7 +19,7 @@
 
 namespace trellis {
 
-inline constexpr const char* kSignerHeader = "X-Trellis-Node";  // the signer's address
+inline constexpr const char* kSignerHeader = "X-Trellis-Node";          // the signer's address
 inline constexpr const char* kTimestampHeader = "X-Trellis-Timestamp";  // unix seconds
 inline constexpr const char* kNonceHeader = "X-Trellis-Nonce";          // 32 hex digits
 inline constexpr const char* kSignatureHeader = "X-Trellis-Signature";  // 128 hex digits
@@ -30,12 +30,9 @@ std::string request_message(std::string_view run_id, std::string_view method,
                             std::string_view body);
 
 // The four headers of a request `identity` sends at `timestamp` (a fresh random nonce each call).
-std::vector<std::pair<std::string, std::string>> sign_request(const Identity& identity,
-                                                              std::string_view run_id,
-                                                              std::string_view method,
-                                                              std::string_view target,
-                                                              std::string_view body,
-                                                              int64_t timestamp);
+std::vector<std::pair<std::string, std::string>> sign_request(
+    const Identity& identity, std::string_view run_id, std::string_view method,
+    std::string_view target, std::string_view body, int64_t timestamp);
 
 // The headers of a received request, as the server read them ("" for an absent one).
 struct SignedHeaders {

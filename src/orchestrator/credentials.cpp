@@ -19,8 +19,9 @@ std::filesystem::path token_file(const std::filesystem::path& dir, Role role) {
 
 std::string checked(std::string token, const std::string& where) {
   if (token.size() < kMinTokenChars) {
-    fail(where, "a token needs at least {} characters, this one has {} (generate one with `head -c "
-                "32 /dev/urandom | xxd -p -c 64`)",
+    fail(where,
+         "a token needs at least {} characters, this one has {} (generate one with `head -c "
+         "32 /dev/urandom | xxd -p -c 64`)",
          kMinTokenChars, token.size());
   }
   return token;

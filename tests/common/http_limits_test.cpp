@@ -65,8 +65,7 @@ std::string exchange(int port, const std::string& head, const std::string& body)
   }
   ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
   for (size_t off = 0; off < body.size(); off += 65536) {
-    if (::send(fd, body.data() + off, std::min<size_t>(65536, body.size() - off), MSG_NOSIGNAL) <
-        0)
+    if (::send(fd, body.data() + off, std::min<size_t>(65536, body.size() - off), MSG_NOSIGNAL) < 0)
       break;
   }
   std::string reply;
@@ -87,7 +86,8 @@ TEST(HttpLimits, WithoutTheGuardHttplibReadsAChunkedBodyPastItsLimit) {
   // Why the guard exists: cpp-httplib 0.11 checks its payload limit only against Content-Length.
   Server server(/*guard=*/false);
   const std::string status = exchange(
-      server.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
+      server.port(),
+      "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
       chunked(64 * kLimit));
   if (server.body_bytes() < 0) GTEST_SKIP() << "this httplib bounds chunked bodies: " << status;
   EXPECT_EQ(server.body_bytes(), static_cast<int64_t>(64 * kLimit));
@@ -96,24 +96,33 @@ TEST(HttpLimits, WithoutTheGuardHttplibReadsAChunkedBodyPastItsLimit) {
 TEST(HttpLimits, ChunkedCompressedAndOversizedBodiesAreRefusedUnread) {
   Server server(/*guard=*/true);
   EXPECT_EQ(exchange(server.port(),
-                     "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
+                     "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: "
+                     "chunked\r\n\r\n",
                      chunked(64 * kLimit)),
             "HTTP/1.1 411 Length Required");
-  EXPECT_EQ(exchange(server.port(),
-                     "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Encoding: gzip\r\n"
-                     "Content-Length: 10\r\n\r\n",
-                     std::string(10, 'x')),
-            "HTTP/1.1 415 Unsupported Media Type");
-  EXPECT_EQ(exchange(server.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2048\r\n\r\n",
-                     std::string(2048, 'x')),
-            "HTTP/1.1 413 Payload Too Large");
-  EXPECT_EQ(exchange(server.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: -5\r\n\r\n",
-                     ""),
-            "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(
+      exchange(server.port(),
+               "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Encoding: gzip\r\n"
+               "Content-Length: 10\r\n\r\n",
+               std::string(10, 'x')),
+      "HTTP/1.1 415 Unsupported Media Type");
+  EXPECT_EQ(
+      exchange(
+          server.port(),
+          "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2048\r\n\r\n",
+          std::string(2048, 'x')),
+      "HTTP/1.1 413 Payload Too Large");
+  EXPECT_EQ(
+      exchange(server.port(),
+               "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: -5\r\n\r\n",
+               ""),
+      "HTTP/1.1 400 Bad Request");
   EXPECT_EQ(server.body_bytes(), -1);  // the handler never ran
-  EXPECT_EQ(exchange(server.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 10\r\n\r\n",
-                     std::string(10, 'x')),
-            "HTTP/1.1 200 OK");
+  EXPECT_EQ(
+      exchange(server.port(),
+               "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 10\r\n\r\n",
+               std::string(10, 'x')),
+      "HTTP/1.1 200 OK");
   EXPECT_EQ(server.body_bytes(), 10);
 }
 

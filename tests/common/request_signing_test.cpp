@@ -55,8 +55,7 @@ TEST(RequestSigning, StaleMissingAndMalformedHeadersAreRefused) {
   const auto old = headers_of(sign_request(node, "r", "GET", "/x", "", now - 61));
   EXPECT_EQ(check_signed_request(old, "r", "GET", "/x", "", now, nonces), SignatureCheck::kStale);
   const auto ahead = headers_of(sign_request(node, "r", "GET", "/x", "", now + 61));
-  EXPECT_EQ(check_signed_request(ahead, "r", "GET", "/x", "", now, nonces),
-            SignatureCheck::kStale);
+  EXPECT_EQ(check_signed_request(ahead, "r", "GET", "/x", "", now, nonces), SignatureCheck::kStale);
   EXPECT_NE(describe(SignatureCheck::kStale, old, now, 60).find("clock"), std::string::npos);
   EXPECT_EQ(check_signed_request({}, "r", "GET", "/x", "", now, nonces), SignatureCheck::kMissing);
   SignedHeaders bad = headers_of(sign_request(node, "r", "GET", "/x", "", now));
