@@ -8,7 +8,68 @@
 namespace trellis {
 namespace {
 
+// TOML allows characters beyond ASCII only in strings and comments; toml++ 3.3.0 reaches
+// __builtin_unreachable (undefined behaviour) on some of them elsewhere (a bare U+039F, found by
+// fuzz/config_fuzz.cpp), so such text is refused before toml++ sees it.
+void refuse_non_ascii_outside_strings(std::string_view text, const std::string& where) {
+  enum { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } state = kCode;
+  int64_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool triple_quote = text.substr(i, 3) == "\"\"\"",
+               triple_apostrophe = text.substr(i, 3) == "'''";
+    if (c == '\n') {
+      ++line;
+      if (state != kMultiBasic && state != kMultiLiteral) state = kCode;  // comments end; a
+      continue;  // single-line string that does not is toml++'s error to report
+    }
+    switch (state) {
+      case kCode:
+        if (static_cast<unsigned char>(c) >= 0x80) {
+          throw Error(
+              "a character beyond ASCII outside a string or comment (TOML allows them "
+              "only there: quote the value)",
+              fmt::format("{}:{}", where, line));
+        }
+        if (c == '#') state = kComment;
+        if (triple_quote || triple_apostrophe) {
+          state = triple_quote ? kMultiBasic : kMultiLiteral;
+          i += 2;
+        } else if (c == '"' || c == '\'') {
+          state = c == '"' ? kBasic : kLiteral;
+        }
+        break;
+      case kComment:
+        break;
+      case kBasic:
+        if (c == '\\')
+          ++i;  // an escape: the next character cannot end the string
+        else if (c == '"')
+          state = kCode;
+        break;
+      case kLiteral:
+        if (c == '\'') state = kCode;
+        break;
+      case kMultiBasic:
+        if (c == '\\') {
+          ++i;
+        } else if (triple_quote) {
+          state = kCode;
+          i += 2;
+        }
+        break;
+      case kMultiLiteral:
+        if (triple_apostrophe) {
+          state = kCode;
+          i += 2;
+        }
+        break;
+    }
+  }
+}
+
 toml::table parse_toml(std::string_view text, const std::string& where) {
+  refuse_non_ascii_outside_strings(text, where);
   try {
     return toml::parse(text, where);
   } catch (const toml::parse_error& e) {

@@ -83,3 +83,27 @@ TEST(Config, DocumentationShowsTheEmbeddedDefaults) {
 
 }  // namespace
 }  // namespace trellis
+
+namespace trellis {
+namespace {
+
+// toml++ 3.3.0 reaches __builtin_unreachable on a bare U+039F (fuzz/config_fuzz.cpp found it):
+// characters beyond ASCII are refused outside strings and comments, and kept inside them.
+TEST(Config, CharactersBeyondAsciiOnlyInStringsAndComments) {
+  Config c = Config::defaults();
+  try {
+    c.merge_toml("\xce\x9f", "bad.toml");
+    FAIL() << "accepted a bare U+039F";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("beyond ASCII outside a string"), std::string::npos);
+  }
+  EXPECT_THROW(c.merge_toml("[run]\nname = \"a\"\n\xce\x9f = 1\n", "bad.toml"), Error);
+  c.merge_toml("# \xce\x9f in a comment\n[run]\nname = \"\xce\x9f\" # and \xe2\x80\x83\n",
+               "good.toml");
+  EXPECT_EQ(c.get<std::string>("run.name"), "\xce\x9f");
+  c.merge_toml("[run]\nname = '''x\n\xce\x9f'''\n", "good.toml");
+  EXPECT_EQ(c.get<std::string>("run.name"), "x\n\xce\x9f");
+}
+
+}  // namespace
+}  // namespace trellis
