@@ -26,7 +26,8 @@ class Identity {
 };
 
 // The text of the secret file `file` (mode 0600), without trailing whitespace; when absent it is
-// created (with its directory) holding fresh(), safely against another process doing the same.
+// created (with its directory) holding fresh(), safely against another process doing the same;
+// fresh() may throw instead, and then nothing is created.
 // Error when the file is accessible to other users, not a regular file or over 4 KiB.
 std::string load_or_create_secret(const std::filesystem::path& file,
                                   const std::function<std::string()>& fresh);

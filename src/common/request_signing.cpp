@@ -23,20 +23,20 @@ bool is_hex(std::string_view s, size_t digits) {
 
 std::string request_message(std::string_view run_id, std::string_view method,
                             std::string_view target, int64_t timestamp, std::string_view nonce,
-                            std::string_view body) {
+                            std::string_view body_sha256) {
   return fmt::format("trellis-request-v1\n{}\n{}\n{}\n{}\n{}\n{}", run_id, method, target,
-                     timestamp, nonce, sha256_hex(body));
+                     timestamp, nonce, body_sha256);
 }
 
 std::vector<std::pair<std::string, std::string>> sign_request(
     const Identity& identity, std::string_view run_id, std::string_view method,
-    std::string_view target, std::string_view body, int64_t timestamp) {
+    std::string_view target, std::string_view body_sha256, int64_t timestamp) {
   const std::string nonce = random_hex(kNonceHexDigits / 2);
   return {{kSignerHeader, identity.address()},
           {kTimestampHeader, std::to_string(timestamp)},
           {kNonceHeader, nonce},
-          {kSignatureHeader,
-           identity.sign_hex(request_message(run_id, method, target, timestamp, nonce, body))}};
+          {kSignatureHeader, identity.sign_hex(request_message(run_id, method, target, timestamp,
+                                                               nonce, body_sha256))}};
 }
 
 NonceWindow::NonceWindow(int64_t window_s, size_t capacity)
@@ -61,7 +61,8 @@ NonceWindow::Result NonceWindow::record(std::string_view signer, std::string_vie
 
 SignatureCheck check_signed_request(const SignedHeaders& h, std::string_view run_id,
                                     std::string_view method, std::string_view target,
-                                    std::string_view body, int64_t now, NonceWindow& nonces) {
+                                    std::string_view body_sha256, int64_t now,
+                                    NonceWindow& nonces) {
   if (h.signer.empty() || h.timestamp.empty() || h.nonce.empty() || h.signature.empty()) {
     return SignatureCheck::kMissing;
   }
@@ -73,7 +74,7 @@ SignatureCheck check_signed_request(const SignedHeaders& h, std::string_view run
     return SignatureCheck::kMalformed;
   }
   if (ts < now - nonces.window_s() || ts > now + nonces.window_s()) return SignatureCheck::kStale;
-  if (!verify_signature(h.signer, request_message(run_id, method, target, ts, h.nonce, body),
+  if (!verify_signature(h.signer, request_message(run_id, method, target, ts, h.nonce, body_sha256),
                         h.signature)) {
     return SignatureCheck::kBadSignature;
   }

@@ -24,15 +24,16 @@ inline constexpr const char* kTimestampHeader = "X-Trellis-Timestamp";  // unix 
 inline constexpr const char* kNonceHeader = "X-Trellis-Nonce";          // 32 hex digits
 inline constexpr const char* kSignatureHeader = "X-Trellis-Signature";  // 128 hex digits
 
-// What is signed: one line per field, the body by its SHA-256.
+// What is signed: one line per field, the body by its SHA-256 (sha256_hex of the raw bytes; the
+// functions here take that hash, so a large body is hashed once for all its uses).
 std::string request_message(std::string_view run_id, std::string_view method,
                             std::string_view target, int64_t timestamp, std::string_view nonce,
-                            std::string_view body);
+                            std::string_view body_sha256);
 
 // The four headers of a request `identity` sends at `timestamp` (a fresh random nonce each call).
 std::vector<std::pair<std::string, std::string>> sign_request(
     const Identity& identity, std::string_view run_id, std::string_view method,
-    std::string_view target, std::string_view body, int64_t timestamp);
+    std::string_view target, std::string_view body_sha256, int64_t timestamp);
 
 // The headers of a received request, as the server read them ("" for an absent one).
 struct SignedHeaders {
@@ -61,13 +62,13 @@ class NonceWindow {
 // Why a signed request was refused (kOk: it was not).
 enum class SignatureCheck { kOk, kMissing, kMalformed, kStale, kBadSignature, kReplayed, kBusy };
 
-// Checks `h` for a request of `run_id`, `method`, `target` and `body` at `now`: every header
+// Checks `h` for a request of `run_id`, `method`, `target` and `body_sha256` at `now`: every header
 // present and well formed, the timestamp within the window, the signature the signer's over
 // request_message(...), and the nonce new (recorded in `nonces` only when everything else holds,
 // so forged requests cannot fill it).
 SignatureCheck check_signed_request(const SignedHeaders& h, std::string_view run_id,
                                     std::string_view method, std::string_view target,
-                                    std::string_view body, int64_t now, NonceWindow& nonces);
+                                    std::string_view body_sha256, int64_t now, NonceWindow& nonces);
 
 // A sentence for a refusal: what was wrong and how to fix it.
 std::string describe(SignatureCheck check, const SignedHeaders& h, int64_t now, int64_t window_s);

@@ -693,17 +693,17 @@ struct Server::Impl {
     return constant_time_equal(req.get_header_value("Authorization"), "Bearer " + token);
   }
 
-  // The node that signed `req` (common/request_signing.h), which must be `claimed` (the node the
-  // request names): 401 for an unsigned, forged, stale or replayed request, 403 for a signature
-  // by another node.
-  void require_signed_by(const httplib::Request& req, const std::string& claimed,
-                         const std::string& where) {
+  // Checks that `claimed` (the node the request names) signed `req`, whose body hashes to
+  // `body_sha256` (common/request_signing.h), and returns the signed timestamp: 401 for an
+  // unsigned, forged, stale or replayed request, 403 for a signature by another node.
+  int64_t require_signed_by(const httplib::Request& req, const std::string& claimed,
+                            const std::string& body_sha256, const std::string& where) {
     const SignedHeaders h{
         req.get_header_value(kSignerHeader), req.get_header_value(kTimestampHeader),
         req.get_header_value(kNonceHeader), req.get_header_value(kSignatureHeader)};
     const auto now = static_cast<int64_t>(now_s());
     const SignatureCheck check =
-        check_signed_request(h, state.run_id(), req.method, req.target, req.body, now, nonces);
+        check_signed_request(h, state.run_id(), req.method, req.target, body_sha256, now, nonces);
     if (check == SignatureCheck::kBusy) {
       refuse(503, "busy", fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
     }
@@ -716,6 +716,7 @@ struct Server::Impl {
              fmt::format("{}: the request names node {} but is signed by {}", where, claimed,
                          h.signer));
     }
+    return std::stoll(h.timestamp);  // well formed: checked above
   }
 
   // 403 unless `address` is a registered node that is not evicted.
@@ -749,8 +750,7 @@ struct Server::Impl {
     const std::string where = "POST /nodes";
     const Json body = parse_body(req, where);
     const std::string address = address_field(body, "address", where);
-    require_signed_by(req, address, where);
-    const int64_t timestamp = std::stoll(req.get_header_value(kTimestampHeader));  // checked
+    const int64_t timestamp = require_signed_by(req, address, sha256_hex(req.body), where);
     const std::string& ip = req.remote_addr;
     const Registration r = state.register_node(address, ip, timestamp, now_s());
     if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
@@ -833,7 +833,7 @@ struct Server::Impl {
     WorkRequest ask;
     ask.held_version = integer_field(body, "policy_version", -1, INT32_MAX, where);
     ask.max_groups = integer_field(body, "groups", 1, INT32_MAX, where);
-    require_signed_by(req, node, where);
+    require_signed_by(req, node, sha256_hex(req.body), where);
     require_member(node);
     std::lock_guard lock(admit_mu);
     const double now = now_s();
@@ -889,7 +889,7 @@ struct Server::Impl {
              fmt::format("{}: {} bytes is more than orchestrator.max_upload_mib ({} bytes)", what,
                          size, opt.max_upload_bytes));
     }
-    require_signed_by(req, key.node_address, where);
+    require_signed_by(req, key.node_address, sha256_hex(req.body), where);
     require_member(key.node_address);
     if (key.step >= opt.steps) {
       refuse(409, "step_out_of_range",
@@ -986,7 +986,9 @@ struct Server::Impl {
 
   void upload(const httplib::Request& req, httplib::Response& res) {
     const auto [key, name] = file_of(req);  // its URL was checked before the body was read
-    require_signed_by(req, key.node_address, "upload of " + describe(key));
+    const std::string& bytes = req.body;
+    const std::string sha = sha256_hex(bytes);  // for the signature and the declaration alike
+    require_signed_by(req, key.node_address, sha, "upload of " + describe(key));
     require_member(key.node_address);  // a URL handed out before the eviction is void
     const std::string what = describe(key);
     const auto latest = state.latest(key);
@@ -1003,13 +1005,12 @@ struct Server::Impl {
                          what));
     }
     const std::string where = "upload of " + what;
-    const std::string& bytes = req.body;
     if (static_cast<int64_t>(bytes.size()) != latest->size) {
       reject(key, "size_mismatch",
              fmt::format("upload: the upload has {} bytes, {} were declared", bytes.size(),
                          latest->size));
     }
-    if (sha256_hex(bytes) != latest->sha256) {
+    if (sha != latest->sha256) {
       reject(key, "sha256_mismatch", "upload: the upload's SHA-256 differs from the one declared");
     }
     rollout::RolloutFile file;
@@ -1037,7 +1038,7 @@ struct Server::Impl {
         store.write(key.step, name, bytes);
       }
       const double now = now_s();
-      const std::string& sha = latest->sha256;  // the file's, checked above; re-checked here
+      // The file's hash is re-checked against the declaration in the commit itself.
       if (!(waiting ? state.start_validation(key, sha, counts, now)
                     : state.accept(key, sha, counts, now))) {
         if (waiting) {

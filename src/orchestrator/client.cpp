@@ -82,15 +82,16 @@ const std::string& Client::run_id() {
 
 namespace {
 
-// The headers that sign `node`'s request (method, target as sent, body) in run `run_id`.
+// The headers that sign `node`'s request (method, target as sent, body by its hex SHA-256) in
+// run `run_id`.
 httplib::Headers signed_by(const Identity& node, const std::string& run_id,
                            const std::string& method, const std::string& target,
-                           std::string_view body) {
+                           const std::string& body_sha256) {
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
   httplib::Headers headers;
-  for (auto& [k, v] : sign_request(node, run_id, method, target, body, now)) {
+  for (auto& [k, v] : sign_request(node, run_id, method, target, body_sha256, now)) {
     headers.emplace(std::move(k), std::move(v));
   }
   return headers;
@@ -140,7 +141,8 @@ WorkAnswer Client::request_work(const Identity& node, int64_t held_version, int6
       {"node_address", node.address()},
       {"policy_version", held_version},
       {"groups", max_groups}}.dump();
-  auto res = c.Post(path, signed_by(node, run_id(), "POST", path, body), body, "application/json");
+  auto res = c.Post(path, signed_by(node, run_id(), "POST", path, sha256_hex(body)), body,
+                    "application/json");
   if (!res || res->status != 200) fail(base_url_ + path, "asking for work failed: {}", reason(res));
   WorkAnswer out;
   try {
@@ -162,15 +164,17 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
   const std::string where =
       fmt::format("{}/submissions (step {}, submission {})", base_url_, step, submission);
   auto c = connect(base_url_, token_, timeout_s_);
+  const std::string file_sha256 = sha256_hex(file_bytes);  // declared, and signed with the PUT
   const std::string body = Json{
       {"node_address", node.address()},
       {"step", step},
       {"submission", submission},
-      {"sha256", sha256_hex(file_bytes)},
+      {"sha256", file_sha256},
       {"size",
        file_bytes.size()}}.dump();
-  auto res = c.Post("/submissions", signed_by(node, run_id(), "POST", "/submissions", body), body,
-                    "application/json");
+  auto res =
+      c.Post("/submissions", signed_by(node, run_id(), "POST", "/submissions", sha256_hex(body)),
+             body, "application/json");
   if (res && res->status == 409 && code(res) == "dropped") return "dropped";
   if (!res || res->status != 200) fail(where, "upload refused: {}", reason(res));
   std::string url;
@@ -179,7 +183,7 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
   } catch (const std::exception& e) {
     fail(where, "no upload_url in the answer: {}", e.what());
   }
-  auto put = c.Put(url, signed_by(node, run_id(), "PUT", url, file_bytes), file_bytes.data(),
+  auto put = c.Put(url, signed_by(node, run_id(), "PUT", url, file_sha256), file_bytes.data(),
                    file_bytes.size(), "application/vnd.apache.parquet");
   if (put && put->status == 409 && code(put) == "dropped") return "dropped";
   if (!put || (put->status != 200 && put->status != 202)) {
@@ -233,8 +237,8 @@ void Client::publish_version(int64_t version, const std::string& public_key) {
 void Client::register_node(const Identity& node) {
   const std::string body = Json{{"address", node.address()}}.dump();
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res =
-      c.Post("/nodes", signed_by(node, run_id(), "POST", "/nodes", body), body, "application/json");
+  auto res = c.Post("/nodes", signed_by(node, run_id(), "POST", "/nodes", sha256_hex(body)), body,
+                    "application/json");
   if (!res || res->status != 200) {
     fail(base_url_ + "/nodes", "registering node {} failed: {}", node.address(), reason(res));
   }

@@ -51,14 +51,14 @@ std::string server_token(const std::filesystem::path& dir, Role role) {
 std::string client_token(const Config& config, const std::filesystem::path& run_dir, Role role) {
   if (std::string t = env_token(role); !t.empty()) return t;
   const auto file = token_file(secrets_dir(config, run_dir), role);
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) {
+  // A client never creates the file: where it is missing, it says how to provide it.
+  const auto missing = [&]() -> std::string {
     fail(file.string(),
          "no {} token: the orchestrator creates this file on its first start; on another machine "
          "copy it here (mode 0600), point orchestrator.secrets_dir at its folder, or set {}",
          role == Role::kTrainer ? "trainer" : "validator", env_name(role));
-  }
-  return checked(load_or_create_secret(file, [] { return std::string(); }), file.string());
+  };
+  return checked(load_or_create_secret(file, missing), file.string());
 }
 
 }  // namespace trellis::orchestrator

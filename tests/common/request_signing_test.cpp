@@ -20,31 +20,35 @@ TEST(RequestSigning, AHonestRequestPassesOnceAndEveryAlterationFails) {
   const Identity node = Identity::generate();
   NonceWindow nonces(60, 1000);
   const int64_t now = 1'000'000;
-  const auto h = headers_of(sign_request(node, "run-1", "POST", "/work", "{\"a\":1}", now));
-  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":1}", now, nonces),
+  const auto h =
+      headers_of(sign_request(node, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now));
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now, nonces),
             SignatureCheck::kOk);
-  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":1}", now, nonces),
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now, nonces),
             SignatureCheck::kReplayed);
   // Each alteration is caught before the nonce is consulted (a fresh window would pass it).
   NonceWindow fresh(60, 1000);
-  EXPECT_EQ(check_signed_request(h, "run-2", "POST", "/work", "{\"a\":1}", now, fresh),
+  EXPECT_EQ(check_signed_request(h, "run-2", "POST", "/work", sha256_hex("{\"a\":1}"), now, fresh),
             SignatureCheck::kBadSignature);
-  EXPECT_EQ(check_signed_request(h, "run-1", "PUT", "/work", "{\"a\":1}", now, fresh),
+  EXPECT_EQ(check_signed_request(h, "run-1", "PUT", "/work", sha256_hex("{\"a\":1}"), now, fresh),
             SignatureCheck::kBadSignature);
-  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work?x=1", "{\"a\":1}", now, fresh),
-            SignatureCheck::kBadSignature);
-  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":2}", now, fresh),
+  EXPECT_EQ(
+      check_signed_request(h, "run-1", "POST", "/work?x=1", sha256_hex("{\"a\":1}"), now, fresh),
+      SignatureCheck::kBadSignature);
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", sha256_hex("{\"a\":2}"), now, fresh),
             SignatureCheck::kBadSignature);
   SignedHeaders other = h;
   other.signer = Identity::generate().address();  // claims another node
-  EXPECT_EQ(check_signed_request(other, "run-1", "POST", "/work", "{\"a\":1}", now, fresh),
-            SignatureCheck::kBadSignature);
+  EXPECT_EQ(
+      check_signed_request(other, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now, fresh),
+      SignatureCheck::kBadSignature);
   other = h;
   other.timestamp = std::to_string(now + 1);
-  EXPECT_EQ(check_signed_request(other, "run-1", "POST", "/work", "{\"a\":1}", now, fresh),
-            SignatureCheck::kBadSignature);
+  EXPECT_EQ(
+      check_signed_request(other, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now, fresh),
+      SignatureCheck::kBadSignature);
   // None of those consumed the nonce: the honest request still passes in the fresh window.
-  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", "{\"a\":1}", now, fresh),
+  EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now, fresh),
             SignatureCheck::kOk);
 }
 
@@ -52,23 +56,26 @@ TEST(RequestSigning, StaleMissingAndMalformedHeadersAreRefused) {
   const Identity node = Identity::generate();
   NonceWindow nonces(60, 1000);
   const int64_t now = 1'000'000;
-  const auto old = headers_of(sign_request(node, "r", "GET", "/x", "", now - 61));
-  EXPECT_EQ(check_signed_request(old, "r", "GET", "/x", "", now, nonces), SignatureCheck::kStale);
-  const auto ahead = headers_of(sign_request(node, "r", "GET", "/x", "", now + 61));
-  EXPECT_EQ(check_signed_request(ahead, "r", "GET", "/x", "", now, nonces), SignatureCheck::kStale);
+  const auto old = headers_of(sign_request(node, "r", "GET", "/x", sha256_hex(""), now - 61));
+  EXPECT_EQ(check_signed_request(old, "r", "GET", "/x", sha256_hex(""), now, nonces),
+            SignatureCheck::kStale);
+  const auto ahead = headers_of(sign_request(node, "r", "GET", "/x", sha256_hex(""), now + 61));
+  EXPECT_EQ(check_signed_request(ahead, "r", "GET", "/x", sha256_hex(""), now, nonces),
+            SignatureCheck::kStale);
   EXPECT_NE(describe(SignatureCheck::kStale, old, now, 60).find("clock"), std::string::npos);
-  EXPECT_EQ(check_signed_request({}, "r", "GET", "/x", "", now, nonces), SignatureCheck::kMissing);
-  SignedHeaders bad = headers_of(sign_request(node, "r", "GET", "/x", "", now));
+  EXPECT_EQ(check_signed_request({}, "r", "GET", "/x", sha256_hex(""), now, nonces),
+            SignatureCheck::kMissing);
+  SignedHeaders bad = headers_of(sign_request(node, "r", "GET", "/x", sha256_hex(""), now));
   bad.timestamp = "12x";
-  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", "", now, nonces),
+  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", sha256_hex(""), now, nonces),
             SignatureCheck::kMalformed);
-  bad = headers_of(sign_request(node, "r", "GET", "/x", "", now));
+  bad = headers_of(sign_request(node, "r", "GET", "/x", sha256_hex(""), now));
   bad.nonce = "short";
-  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", "", now, nonces),
+  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", sha256_hex(""), now, nonces),
             SignatureCheck::kMalformed);
-  bad = headers_of(sign_request(node, "r", "GET", "/x", "", now));
+  bad = headers_of(sign_request(node, "r", "GET", "/x", sha256_hex(""), now));
   bad.timestamp = "99999999999999999999999";  // overflows int64
-  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", "", now, nonces),
+  EXPECT_EQ(check_signed_request(bad, "r", "GET", "/x", sha256_hex(""), now, nonces),
             SignatureCheck::kMalformed);
 }
 

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/hashing.h"
 #include "common/identity.h"
 #include "common/json.h"
 #include "common/request_signing.h"
@@ -22,6 +23,17 @@ namespace trellis::orchestrator {
 
 inline const std::string kTrainerToken = "trainer-token-of-the-tests-0123456789";
 inline const std::string kValidatorToken = "validator-token-of-the-tests-0123456789";
+
+// The headers that sign `node`'s request in run "run-test" at `timestamp` (raw HTTP, as an
+// attacker sends).
+inline httplib::Headers signed_headers(const Identity& node, const std::string& method,
+                                       const std::string& target, const std::string& body,
+                                       int64_t timestamp = std::time(nullptr)) {
+  httplib::Headers h;
+  for (auto& [k, v] : sign_request(node, "run-test", method, target, sha256_hex(body), timestamp))
+    h.emplace(k, v);
+  return h;
+}
 
 class ApiFixture : public ::testing::Test {
  protected:
@@ -90,15 +102,6 @@ class ApiFixture : public ::testing::Test {
     const WorkAnswer a = ask(client, node, groups, held);
     EXPECT_FALSE(a.work) << "work for " << node.address() << ": step " << a.work->step;
     return a.wait_reason;
-  }
-
-  // The headers that sign `node`'s request in run "run-test" (raw HTTP, as an attacker sends).
-  static httplib::Headers signed_headers(const Identity& node, const std::string& method,
-                                         const std::string& target, const std::string& body) {
-    httplib::Headers h;
-    for (auto& [k, v] : sign_request(node, "run-test", method, target, body, std::time(nullptr)))
-      h.emplace(k, v);
-    return h;
   }
 
   static std::string error_text(const httplib::Result& res) {

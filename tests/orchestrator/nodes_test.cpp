@@ -51,10 +51,7 @@ struct Signed {
 // `signer`'s signed request to `method` `path` with `body` at `timestamp` (run "run-test").
 Signed sign(const Identity& signer, const std::string& method, const std::string& path,
             const std::string& body, int64_t timestamp) {
-  Signed out{body, {}};
-  for (auto& [k, v] : sign_request(signer, "run-test", method, path, body, timestamp))
-    out.headers.emplace(k, v);
-  return out;
+  return {body, signed_headers(signer, method, path, body, timestamp)};
 }
 
 // A registration of `node` signed by `signer` at `timestamp`.

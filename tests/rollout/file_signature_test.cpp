@@ -41,11 +41,7 @@ std::string verify_error(std::string_view bytes, const Identity& worker) {
 std::string with_footer(const std::string& bytes, const parquet::FileMetaData& meta) {
   const parquet::Footer f = parquet::read_footer(bytes, "t");
   std::string out = bytes.substr(0, f.body_size);
-  const std::string footer = parquet::serialize_file_metadata(meta);
-  out += footer;
-  const auto n = static_cast<uint32_t>(footer.size());
-  for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
-  out.append(parquet::kMagic, parquet::kMagicSize);
+  parquet::append_footer(out, meta);
   return out;
 }
 

@@ -200,11 +200,7 @@ inline std::string build_file(const std::vector<Chunk>& chunks, int64_t rows_per
     meta.row_groups.push_back(group);
   }
   meta.key_value_metadata = metadata;
-  const std::string footer = serialize_file_metadata(meta);
-  out += footer;
-  const auto n = static_cast<uint32_t>(footer.size());
-  for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
-  out.append(kMagic, kMagicSize);
+  append_footer(out, meta);
   return out;
 }
 

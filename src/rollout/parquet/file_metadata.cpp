@@ -273,6 +273,14 @@ std::string serialize_file_metadata(const FileMetaData& meta) {
   return w.finish();
 }
 
+void append_footer(std::string& out, const FileMetaData& meta) {
+  const std::string footer = serialize_file_metadata(meta);
+  out += footer;
+  const auto n = static_cast<uint32_t>(footer.size());
+  for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
+  out.append(kMagic, kMagicSize);
+}
+
 FileMetaData parse_file_metadata(std::string_view bytes, const std::string& where) {
   BudgetMeter meter(DecodeBudget{}, bytes.size());
   return parse_file_metadata(bytes, where, meter);

@@ -69,6 +69,8 @@ struct FileMetaData {
 };
 
 std::string serialize_file_metadata(const FileMetaData& meta);
+// Ends a file: appends the serialized footer, its length (4 bytes, little-endian) and the magic.
+void append_footer(std::string& out, const FileMetaData& meta);
 
 // Parses footer bytes; Error naming `where` if they are not a FileMetaData or lack required
 // fields, or if its lists or the memory they take exceed `meter`'s budget (checked before each

@@ -160,11 +160,7 @@ std::string write_table(const std::vector<ColumnSpec>& specs,
     const KeyValueList extra = finish_body(out);
     meta.key_value_metadata.insert(meta.key_value_metadata.end(), extra.begin(), extra.end());
   }
-  const std::string footer = serialize_file_metadata(meta);
-  out += footer;
-  const auto n = static_cast<uint32_t>(footer.size());
-  for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
-  out.append(kMagic, kMagicSize);
+  append_footer(out, meta);
   return out;
 }
 
