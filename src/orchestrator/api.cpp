@@ -824,8 +824,8 @@ struct Server::Impl {
   }
 
   // POST /work: what the node generates next (admission.h), or why it waits. A node has one piece
-  // of work at a time: asking again while its lease runs returns it (a restarted worker picks it
-  // up), its quota held for another orchestrator.work_lease_s.
+  // of work at a time: asking again while its lease (orchestrator.work_lease_s from the
+  // assignment) runs returns it, so a restarted worker picks it up.
   void work(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /work";
     const Json body = parse_body(req, where);
@@ -837,12 +837,10 @@ struct Server::Impl {
     require_member(node);
     std::lock_guard lock(admit_mu);
     const double now = now_s();
-    const double expires = now + static_cast<double>(opt.work_lease_s);
+    // Asking again returns the open work as it is: no request extends a lease, so a node that
+    // never delivers holds its share for one lease at most.
     std::optional<Submission> given = state.open_assignment(node, now);
-    if (given) {
-      state.renew(given->id, expires);
-      given->work_expires = expires;
-    } else {
+    if (!given) {
       const AdmissionRules rules{opt.steps, opt.batch_size, opt.group_size, opt.async_level,
                                  opt.validation ? max_backlog_samples() : INT64_MAX};
       const Admission a =
@@ -852,7 +850,8 @@ struct Server::Impl {
         reply_json(res, {{"work", nullptr}, {"reason", a.wait_reason}});
         return;
       }
-      given = state.assign(*a.step, node, a.groups, expires, now);
+      given =
+          state.assign(*a.step, node, a.groups, now + static_cast<double>(opt.work_lease_s), now);
       log::debug("orchestrator: assigned {} ({} groups)", describe(given->key), a.groups);
     }
     reply_json(res, {{"work",
@@ -899,8 +898,7 @@ struct Server::Impl {
     // Work is handed out by POST /work within the step's quota and the version window, and a
     // step that fills drops its open work: what is still open here may be uploaded.
     const double now = now_s();
-    const std::string open =
-        state.request(key, sha, size, opt.group_size, now + opt.work_lease_s, now);
+    const std::string open = state.request(key, sha, size, opt.group_size, now);
     if (open.empty()) {
       refuse(409, "not_assigned",
              fmt::format("{} was never assigned to this node: ask for work with POST /work", what));

@@ -478,15 +478,6 @@ Submission State::assign(int64_t step, const std::string& node_address, int64_t 
   return out;
 }
 
-void State::renew(int64_t id, double expires) {
-  std::lock_guard lock(mu_);
-  Stmt q(db_,
-         "UPDATE submissions SET work_expires = ? WHERE id = ? AND status IN ('assigned', "
-         "'pending')",
-         path_);
-  q.bind(expires).bind(id).step();
-}
-
 AdmissionSnapshot State::admission_snapshot(int64_t steps, int64_t batch_size, double now) {
   const auto signal = signal_samples_by_step();
   std::lock_guard lock(mu_);
@@ -520,7 +511,7 @@ AdmissionSnapshot State::admission_snapshot(int64_t steps, int64_t batch_size, d
 }
 
 std::string State::request(const SubmissionKey& key, const std::string& sha256, int64_t size,
-                           int64_t group_size, double expires, double now) {
+                           int64_t group_size, double now) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, path_);
   Stmt find(db_,
@@ -534,9 +525,9 @@ std::string State::request(const SubmissionKey& key, const std::string& sha256, 
   if (status == "assigned" || status == "pending") {
     Stmt update(db_,
                 "UPDATE submissions SET status = 'pending', sha256 = ?, size = ?, samples = groups "
-                "* ?, created_at = ?, work_expires = ? WHERE id = ?",
+                "* ?, created_at = ? WHERE id = ?",
                 path_);
-    update.bind(sha256).bind(size).bind(group_size).bind(now).bind(expires).bind(id).step();
+    update.bind(sha256).bind(size).bind(group_size).bind(now).bind(id).step();
   } else if (status == "dropped") {  // generated after all: counted as such
     Stmt update(db_, "UPDATE submissions SET samples = MAX(samples, groups * ?) WHERE id = ?",
                 path_);

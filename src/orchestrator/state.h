@@ -164,19 +164,17 @@ class State {
   // `groups` groups, holding its step's quota until `expires`. Returns the row.
   Submission assign(int64_t step, const std::string& node_address, int64_t groups, double expires,
                     double now);
-  // The open assignment `id` holds its quota until `expires` (a worker asked again for its work).
-  void renew(int64_t id, double expires);
   // What admission control decides on (admission.h): the step counter for `batch_size`, the
   // newest policy version, and the quota of every step from the counter on, at time `now`.
   AdmissionSnapshot admission_snapshot(int64_t steps, int64_t batch_size, double now);
 
   // The assigned (or pending) row for `key` becomes pending with the declared hash and size, its
-  // samples what the assignment allows (groups x `group_size`: the file exists now) and its quota
-  // held until `expires`. Returns "pending" then; otherwise nothing changes and it returns why:
-  // "validating" or "accepted" (past that), "rejected", "dropped" (its step filled first; the
-  // row's samples are counted as generated, since the file was) or "" (never assigned).
+  // samples what the assignment allows (groups x `group_size`: the file exists now); its lease is
+  // left as it was (no request extends one). Returns "pending" then; otherwise nothing changes and
+  // it returns why: "validating" or "accepted" (past that), "rejected", "dropped" (its step filled
+  // first; the row's samples are counted as generated, since the file was) or "" (never assigned).
   std::string request(const SubmissionKey& key, const std::string& sha256, int64_t size,
-                      int64_t group_size, double expires, double now);
+                      int64_t group_size, double now);
   // The newest row for `key`, if any.
   std::optional<Submission> latest(const SubmissionKey& key);
   bool is_accepted(const SubmissionKey& key);

@@ -48,6 +48,9 @@ struct Shard {
   ShardState state = ShardState::Pending;
   double not_before = 0;
   int failures = 0;
+  // Relays whose download of this shard failed or sent wrong bytes: it goes to another relay
+  // while one lists it, so that one bad relay cannot spend every attempt of a shard.
+  std::vector<int> failed_relays;
   bool may_split = true;  // false once a split download of it failed verification
   // The current download's parts in offset order, covering [0, size) (empty while Pending).
   std::vector<std::shared_ptr<Part>> parts;
@@ -145,6 +148,14 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
           r < f.holdings.size() && f.holdings[r] != Holding::None && static_cast<int>(r) != except;
     return eligible;
   };
+  // The relays for shard i: those listing the version, less `except` and, while any other is
+  // left, those that already failed this shard.
+  const auto eligible_for = [&](size_t i, int except) {
+    auto eligible = eligible_relays(except);
+    auto fresh = eligible;
+    for (const int r : f.shards[i].failed_relays) fresh[static_cast<size_t>(r)] = false;
+    return std::find(fresh.begin(), fresh.end(), true) != fresh.end() ? fresh : eligible;
+  };
 
   // End game: once every missing byte is being fetched, an idle thread takes the second half
   // of the running part with the most bytes still to come, from another relay. Without it the
@@ -174,7 +185,7 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       }
     }
     if (!best) return false;
-    const int relay = selector.choose(eligible_relays(best->relay));
+    const int relay = selector.choose(eligible_for(best_shard, best->relay));
     if (relay < 0) return false;
     auto tail = std::make_shared<Part>();
     {
@@ -227,7 +238,7 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
         }
       }
       if (ready) {
-        const int relay = selector.choose(eligible_relays(-1));
+        const int relay = selector.choose(eligible_for(*ready, -1));
         if (relay >= 0) {
           Shard& sh = f.shards[*ready];
           if (!ready_part) {  // a fresh download of the whole shard
@@ -327,8 +338,10 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
     if (!verified) {
       // Wrong bytes. When several relays sent parts, any of them may be at fault: each is
       // penalised, and the shard is fetched again whole, so that the next check names one.
-      for (const auto& p : parts)
+      for (const auto& p : parts) {
         selector.record(static_cast<size_t>(p->relay), false, 0, p->seconds);
+        sh.failed_relays.push_back(p->relay);
+      }
       sh.may_split = false;
       return Outcome::Corrupt;
     }
@@ -410,6 +423,7 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
         log::debug("shardcast: {}: {}", url, why);
         ++f.stats.failed_attempts;
         f.stats.corrupt_shards += corrupt;
+        sh.failed_relays.push_back(job.relay);
         if (++sh.failures >= options.attempts_per_shard && f.give_up.empty())
           f.give_up = fmt::format("shard {} failed {} times, last from {}: {}", i + 1, sh.failures,
                                   url, why);

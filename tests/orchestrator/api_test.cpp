@@ -312,6 +312,28 @@ TEST_F(OrchestratorApi, AnExpiredAssignmentFreesItsShareButMayStillBeUploaded) {
   EXPECT_EQ(client.accepted(1).size(), 1u);
 }
 
+// A node that asks again and again (for its work, for an upload URL) and never delivers holds its
+// share for one lease, not for ever: no request extends a lease.
+TEST_F(OrchestratorApi, AskingAgainExtendsNoLease) {
+  ApiOptions o = options();
+  o.work_lease_s = 1;
+  Client& client = start(o);
+  const Identity b = Identity::generate(), c = Identity::generate();
+  const Assignment first = work(client, worker_);
+  EXPECT_EQ(work(client, b).step, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const Assignment again = work(client, worker_);
+  EXPECT_EQ(again.step, first.step);
+  EXPECT_EQ(again.submission, first.submission);
+  EXPECT_DOUBLE_EQ(again.expires, first.expires);
+  EXPECT_FALSE(upload_url(0, 0, std::string(64, 'a'), 100).empty());
+  wait_reason(client, c);
+  // Past the first lease, before the end of one renewed at 0.5 s: b's share and worker_'s are
+  // both free again, so c gets the older step.
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  EXPECT_EQ(work(client, c).step, 0);
+}
+
 TEST_F(OrchestratorApi, RefusesExpiredAndForgedUrls) {
   ApiOptions o = options();
   o.url_ttl_s = 1;

@@ -80,7 +80,7 @@ TEST(State, DecisionsSurviveAReopen) {
   {
     State s(db, "run-1");
     // Work first: only what was handed out can be requested (group size 4, lease to 1000).
-    EXPECT_EQ(s.request(a, std::string(64, '1'), 10, 4, 1000, 99), "");
+    EXPECT_EQ(s.request(a, std::string(64, '1'), 10, 4, 99), "");
     for (const auto& key : {b, a, c}) EXPECT_EQ(assign(s, key), key.submission);
     EXPECT_EQ(s.run_id(), "run-1");
     secret = s.url_secret();
@@ -89,10 +89,10 @@ TEST(State, DecisionsSurviveAReopen) {
     EXPECT_EQ(s.publish_version(2), 2);
     EXPECT_EQ(s.publish_version(1), 2);  // older versions are ignored
 
-    s.request(b, std::string(64, '1'), 10, 4, 1000, 100);
-    s.request(a, std::string(64, '2'), 20, 4, 1000, 101);
-    s.request(a, std::string(64, '3'), 30, 4, 1000, 102);  // refreshes the pending request
-    s.request(c, std::string(64, '4'), 40, 4, 1000, 103);
+    s.request(b, std::string(64, '1'), 10, 4, 100);
+    s.request(a, std::string(64, '2'), 20, 4, 101);
+    s.request(a, std::string(64, '3'), 30, 4, 102);  // refreshes the pending request
+    s.request(c, std::string(64, '4'), 40, 4, 103);
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
     EXPECT_EQ(s.latest(a)->size, 30);
     EXPECT_EQ(s.latest(a)->counts.samples, 8);  // 2 groups of 4, once the file exists
@@ -105,12 +105,12 @@ TEST(State, DecisionsSurviveAReopen) {
     EXPECT_TRUE(s.accept(b, std::string(64, '1'), {4, 0, 16}, 111));
     EXPECT_FALSE(s.accept(b, std::string(64, '1'), {4, 0, 16}, 112));  // nothing pending any more
     EXPECT_TRUE(s.reject(c, "bad file", 113));
-    EXPECT_EQ(s.request(a, std::string(64, '5'), 1, 4, 1000, 120), "accepted");  // unchanged
+    EXPECT_EQ(s.request(a, std::string(64, '5'), 1, 4, 120), "accepted");  // unchanged
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '3'));
     // A rejected one is over: trying again takes new work, the next number.
-    EXPECT_EQ(s.request(c, std::string(64, '6'), 60, 4, 1000, 121), "rejected");
+    EXPECT_EQ(s.request(c, std::string(64, '6'), 60, 4, 121), "rejected");
     EXPECT_EQ(s.assign(1, c.node_address, 2, 1000, 122).key.submission, 1);
-    EXPECT_EQ(s.request({1, c.node_address, 1}, std::string(64, '6'), 60, 4, 1000, 123), "pending");
+    EXPECT_EQ(s.request({1, c.node_address, 1}, std::string(64, '6'), 60, 4, 123), "pending");
   }
   State s(db, "another name");  // the run ID is fixed at the first start
   EXPECT_EQ(s.run_id(), "run-1");
@@ -250,7 +250,7 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
     State s(db, "run-1");
     for (const auto& key : {a, b, c, d}) {
       EXPECT_EQ(assign(s, key), key.submission);
-      s.request(key, std::string(64, '1'), 10, 4, 1000, 100);
+      s.request(key, std::string(64, '1'), 10, 4, 100);
     }
     EXPECT_FALSE(s.start_validation(b, std::string(64, '2'), {4, 2, 16}, 100));  // not declared
     EXPECT_TRUE(s.start_validation(b, std::string(64, '1'), {4, 2, 16}, 101));   // uploaded first
@@ -258,7 +258,7 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
     EXPECT_TRUE(s.start_validation(c, std::string(64, '1'), {2, 2, 8}, 103));
     EXPECT_FALSE(s.start_validation(c, std::string(64, '1'), {2, 2, 8}, 104));  // not pending
     EXPECT_TRUE(s.is_validating(a));
-    EXPECT_EQ(s.request(a, std::string(64, '2'), 10, 4, 1000, 105), "validating");
+    EXPECT_EQ(s.request(a, std::string(64, '2'), 10, 4, 105), "validating");
     EXPECT_EQ(s.latest(a)->sha256, std::string(64, '1'));
     EXPECT_EQ(s.count_by_status().at("validating"), 3);
     EXPECT_TRUE(s.signal_samples_by_step().empty());  // nothing counts before a verdict
@@ -381,9 +381,9 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
     // The new statuses work, and ids go on from the old ones.
     EXPECT_TRUE(s.start_validation({1, "aaaa", 0}, "h3", {2, 2, 8}, 200));
     EXPECT_EQ(s.assign(2, "aaaa", 2, 1000, 201).key.submission, 0);
-    EXPECT_EQ(s.request({2, "aaaa", 0}, "h4", 10, 4, 1000, 201), "pending");
+    EXPECT_EQ(s.request({2, "aaaa", 0}, "h4", 10, 4, 201), "pending");
     EXPECT_EQ(s.submissions("", 2)[0].id, 4);
-    EXPECT_EQ(s.request({0, "aaaa", 0}, "h5", 10, 4, 1000, 202), "accepted");
+    EXPECT_EQ(s.request({0, "aaaa", 0}, "h5", 10, 4, 202), "accepted");
   }
   State again(db, "ignored");  // opens as version 3 now
   EXPECT_EQ(again.count_by_status().at("validating"), 1);
@@ -420,31 +420,30 @@ TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
   EXPECT_EQ(s.open_assignment(x, 200)->key.step, 1);
   EXPECT_EQ(s.open_assignment(y, 149)->key.step, 0);
   EXPECT_FALSE(s.open_assignment(y, 150));
-  s.renew(s.open_assignment(y, 149)->id, 300);
-  EXPECT_TRUE(s.open_assignment(y, 200));
 
   // x's first file arrives (pending, then validating) and y's work lapses.
-  EXPECT_EQ(s.request({0, x, 0}, std::string(64, '1'), 10, 4, 1000, 110), "pending");
+  EXPECT_EQ(s.request({0, x, 0}, std::string(64, '1'), 10, 4, 110), "pending");
   ASSERT_TRUE(s.start_validation({0, x, 0}, std::string(64, '1'), {8, 4, 32}, 111));
   AdmissionSnapshot snap = s.admission_snapshot(4, 8, 400);
   EXPECT_EQ(snap.counter, 0);
   EXPECT_EQ(snap.policy_version, 0);
   EXPECT_EQ(snap.steps.at(0).validating_signal, 4);
   EXPECT_EQ(snap.steps.at(0).accepted_signal, 0);
-  EXPECT_EQ(snap.steps.at(0).open_groups, 1);  // x's second; y's lapsed at 300
+  EXPECT_EQ(snap.steps.at(0).open_groups, 1);  // x's second; y's lapsed at 150
   EXPECT_EQ(snap.steps.at(1).open_groups, 4);
   EXPECT_EQ(snap.validating_samples, 8);
   EXPECT_EQ(snap.open_groups, 5);
   EXPECT_DOUBLE_EQ(snap.signal_ratio, 0.5);
 
   // The step fills: its other work is dropped unjudged, whatever stage it was at.
-  ASSERT_EQ(s.request({0, y, 0}, std::string(64, '2'), 10, 4, 1000, 120), "pending");
+  ASSERT_EQ(s.request({0, y, 0}, std::string(64, '2'), 10, 4, 120), "pending");
+  EXPECT_FALSE(s.open_assignment(y, 150));  // asking to upload extends no lease
   EXPECT_FALSE(s.start_validation({0, x, 1}, std::string(64, '3'), {4, 4, 16},
                                   121));  // no upload URL asked for
   ASSERT_TRUE(s.accept_validated({0, x, 0}, "v", 130));
   EXPECT_TRUE(s.close_full_steps(8, 131).empty());  // 4 of 8 signal samples accepted
   EXPECT_EQ(s.latest({0, x, 1})->status, "assigned");
-  ASSERT_EQ(s.request({0, x, 1}, std::string(64, '3'), 10, 4, 1000, 132), "pending");
+  ASSERT_EQ(s.request({0, x, 1}, std::string(64, '3'), 10, 4, 132), "pending");
   ASSERT_TRUE(s.start_validation({0, x, 1}, std::string(64, '3'), {4, 4, 16}, 133));
   ASSERT_TRUE(s.accept_validated({0, x, 1}, "v", 140));
   const auto dropped = s.close_full_steps(8, 141);
@@ -456,7 +455,7 @@ TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
   EXPECT_EQ(s.latest({1, x, 0})->status, "assigned");  // other steps keep their work
   EXPECT_TRUE(s.close_full_steps(8, 142).empty());
   // y's file was generated after all: it asks to upload and is told, and it counts as generated.
-  EXPECT_EQ(s.request({0, y, 0}, std::string(64, '4'), 10, 4, 1000, 150), "dropped");
+  EXPECT_EQ(s.request({0, y, 0}, std::string(64, '4'), 10, 4, 150), "dropped");
   EXPECT_EQ(s.node(y), std::nullopt);  // never charged to the node
 
   const auto samples = s.samples_by_status();
@@ -471,11 +470,11 @@ TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
   EXPECT_EQ(snap.steps.count(0), 0u);
 
   // Validators take the lowest step first, though its file came later.
-  ASSERT_EQ(s.request({1, z, 0}, std::string(64, '5'), 10, 4, 1000, 160), "pending");
-  ASSERT_EQ(s.request({1, x, 0}, std::string(64, '6'), 10, 4, 1000, 160), "pending");
+  ASSERT_EQ(s.request({1, z, 0}, std::string(64, '5'), 10, 4, 160), "pending");
+  ASSERT_EQ(s.request({1, x, 0}, std::string(64, '6'), 10, 4, 160), "pending");
   ASSERT_TRUE(s.start_validation({1, z, 0}, std::string(64, '5'), {8, 8, 32}, 161));
   EXPECT_EQ(s.assign(2, y, 2, 1000, 162).key.submission, 0);
-  ASSERT_EQ(s.request({2, y, 0}, std::string(64, '7'), 10, 4, 1000, 163), "pending");
+  ASSERT_EQ(s.request({2, y, 0}, std::string(64, '7'), 10, 4, 163), "pending");
   ASSERT_TRUE(s.start_validation({2, y, 0}, std::string(64, '7'), {8, 8, 32}, 164));
   ASSERT_TRUE(s.start_validation({1, x, 0}, std::string(64, '6'), {8, 8, 32}, 165));
   EXPECT_EQ(s.claim("v", 10, 200)->key.node_address, z);
@@ -538,7 +537,7 @@ INSERT INTO submissions VALUES
     EXPECT_EQ(rows[1].groups, 0);
     EXPECT_EQ(rows[2].work_expires, 0);
     // The old pending request is still uploadable; the numbers handed out next follow it.
-    EXPECT_EQ(s.request({1, "bbbb", 0}, "h4", 10, 4, 1000, 200), "pending");
+    EXPECT_EQ(s.request({1, "bbbb", 0}, "h4", 10, 4, 200), "pending");
     EXPECT_EQ(s.assign(0, "aaaa", 2, 1000, 201).key.submission, 2);
     EXPECT_EQ(s.close_full_steps(4, 202).size(), 2u);  // step 0 holds 4 accepted signal samples
     EXPECT_EQ(s.latest({0, "aaaa", 1})->status, "dropped");

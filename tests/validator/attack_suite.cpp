@@ -90,19 +90,25 @@ class Attacks : public ::testing::Test {
     ASSERT_EQ(r.status, 0) << r.output;
 
     // Every completion is checked by prefill, so that an attack on one row cannot slip through.
+    // An attacker that takes work and never delivers holds its share for one lease: a short one
+    // here, so that the run goes on.
     run_dir_ = dir_ / "run";
-    run_ = std::make_unique<TrellisProcess>(
-        std::vector<std::string>{"run",       example,
-                                 "--set",     "model.path=" + warm.string(),
-                                 "--set",     "rl.steps=40",
-                                 "--set",     "rl.batch_size=32",
-                                 "--set",     "run.workers=1",
-                                 "--set",     "infer.groups_per_submission=2",
-                                 "--set",     "infer.poll_s=0.1",
-                                 "--set",     "validator.sample_fraction=1",
-                                 "--set",     "validator.poll_s=0.1",
-                                 "--set",     "trainer.checkpoint_every=0",
-                                 "--run-dir", run_dir_.string()});
+    std::vector<std::string> args = {"run", example, "--run-dir", run_dir_.string()};
+    const std::vector<std::string> settings = {"model.path=" + warm.string(),
+                                               "rl.steps=40",
+                                               "rl.batch_size=32",
+                                               "run.workers=1",
+                                               "infer.groups_per_submission=2",
+                                               "infer.poll_s=0.1",
+                                               "validator.sample_fraction=1",
+                                               "validator.poll_s=0.1",
+                                               "trainer.checkpoint_every=0",
+                                               "orchestrator.work_lease_s=60"};
+    for (const auto& setting : settings) {
+      args.push_back("--set");
+      args.push_back(setting);
+    }
+    run_ = std::make_unique<TrellisProcess>(args);
     const fs::path relay_url = run_dir_ / "shardcast" / "relay-0" / "relay.url";
     ASSERT_TRUE(wait_for(
         [&] { return fs::exists(relay_url) && fs::exists(run_dir_ / "orchestrator.url"); }, 180))

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -287,23 +288,21 @@ struct Attacker {
       return bytes;
     } else if (attack == "replayed_file" || attack == "replayed_resigned") {
       // An accepted file of another node, as it is or re-signed as this node's (as many of its
-      // groups as this node's work allows).
-      for (int64_t s = step; s >= 0; --s) {
-        for (const auto& f : client.accepted(s)) {
-          if (f.node_address == identity.address()) continue;
-          const std::string bytes = client.download(s, f.name);
-          if (attack == "replayed_file") return bytes;
-          auto replayed = rollout::decode_rollout_file(bytes, f.name).rows;
-          std::erase_if(replayed, [&](const auto& r) { return r.group_index >= assigned_groups; });
-          for (auto& r : replayed) {
-            r.node_address = identity.address();
-            r.step = static_cast<int32_t>(step);
-            r.submission = static_cast<int32_t>(submission);
-          }
-          return encode(replayed);
-        }
+      // groups as this node's work allows, its tokens labelled with the version this node
+      // holds, so that the orchestrator's version window passes it on to a validator).
+      const auto found = replayable();
+      if (!found) fail(attack, "no accepted file of another node to replay yet");
+      const std::string bytes = client.download(found->first, found->second.name);
+      if (attack == "replayed_file") return bytes;
+      auto replayed = rollout::decode_rollout_file(bytes, found->second.name).rows;
+      std::erase_if(replayed, [&](const auto& r) { return r.group_index >= assigned_groups; });
+      for (auto& r : replayed) {
+        r.node_address = identity.address();
+        r.step = static_cast<int32_t>(step);
+        r.submission = static_cast<int32_t>(submission);
+        r.token_versions.assign(r.completion_tokens.size(), static_cast<int32_t>(version));
       }
-      fail(attack, "no accepted file of another node to replay yet");
+      return encode(replayed);
     } else if (attack != "honest") {
       fail("--attack", "unknown attack '{}'", attack);
     }
@@ -311,6 +310,16 @@ struct Attacker {
       for (auto& r : rows) r.token_versions.assign(r.completion_tokens.size(), version);
     }
     return encode(rows);
+  }
+
+  // The newest accepted file of another node, with its step; nothing before one exists.
+  std::optional<std::pair<int64_t, orchestrator::AcceptedFile>> replayable() {
+    const auto status = client.status();
+    for (int64_t s = status.step + status.async_level; s >= 0; --s) {
+      for (const auto& f : client.accepted(s))
+        if (f.node_address != identity.address()) return std::make_pair(s, f);
+    }
+    return std::nullopt;
   }
 
   // Asks for work like a worker (refetching the policy when the run has moved past it), builds
@@ -326,6 +335,13 @@ struct Attacker {
       if (status.done) break;
       if (version < status.step - status.async_level)
         fetch_policy(status.step - status.async_level);
+      // A replayer takes work only once there is something to replay: work it cannot deliver
+      // would hold its step's share for a whole lease.
+      if ((attack == "replayed_file" || attack == "replayed_resigned") && !replayable()) {
+        last_error = "no accepted file of another node to replay yet";
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        continue;
+      }
       const auto answer = client.request_work(identity, version, max_groups);
       if (!answer.work) {
         last_error = answer.wait_reason;
