@@ -34,6 +34,23 @@ std::string blanked_footer_sha256(std::string_view bytes, size_t body_size, size
   return sha256_hex(tail);
 }
 
+// Overwrites the signature placeholder of a finished file (the value of its kSignatureKey
+// entry, kSignatureHexSize '0' characters) with sign.sign_file over the file as it is.
+std::string write_signature(std::string bytes, const SignBody& sign) {
+  const std::string where = "rollout writer";
+  const parquet::Footer footer = parquet::read_footer(bytes, where);
+  const size_t offset = signature_offset(footer);
+  if (offset == std::string::npos) fail(where, "the signature placeholder is missing");
+  const std::string_view body = std::string_view(bytes).substr(0, footer.body_size);
+  const std::string message = file_signature_message(
+      sha256(body), blanked_footer_sha256(bytes, footer.body_size, offset, kSignatureHexSize));
+  const std::string signature = sign.sign_file(message);
+  if (signature.size() != kSignatureHexSize)
+    fail(where, "a signature of {} characters, expected {}", signature.size(), kSignatureHexSize);
+  bytes.replace(offset, kSignatureHexSize, signature);
+  return bytes;
+}
+
 }  // namespace
 
 std::string file_signature_message(const Sha256& body_sha256, std::string_view footer_sha256_hex) {
@@ -73,21 +90,23 @@ std::string encode_rollout_file(const std::vector<RolloutRecord>& rows, const Ke
   std::string bytes =
       parquet::write_table(parquet::rollout_columns(), parquet::records_to_columns(rows),
                            rows.size(), wo, kv, finish_body);
-  if (!whole_file) return bytes;
+  return whole_file ? write_signature(std::move(bytes), sign) : bytes;
+}
 
-  // Hash the complete file with the placeholder, then write the signature over it.
-  const std::string where = "rollout writer";
-  const parquet::Footer footer = parquet::read_footer(bytes, where);
-  const size_t offset = signature_offset(footer);
-  if (offset == std::string::npos) fail(where, "the signature placeholder is missing");
-  const std::string_view body = std::string_view(bytes).substr(0, footer.body_size);
-  const std::string message = file_signature_message(
-      sha256(body), blanked_footer_sha256(bytes, footer.body_size, offset, kSignatureHexSize));
-  const std::string signature = sign.sign_file(message);
-  if (signature.size() != kSignatureHexSize)
-    fail(where, "a signature of {} characters, expected {}", signature.size(), kSignatureHexSize);
-  bytes.replace(offset, kSignatureHexSize, signature);
-  return bytes;
+std::string sign_rollout_file(std::string_view bytes, const SignBody& sign,
+                              const std::string& where) {
+  parquet::Footer footer = parquet::read_footer(bytes, where);
+  auto& kv = footer.meta.key_value_metadata;
+  std::erase_if(
+      kv, [](const auto& e) { return e.first == kSignatureKey || e.first == kBodySha256Key; });
+  const std::string_view body = bytes.substr(0, footer.body_size);
+  if (sign.body_metadata)
+    for (auto& entry : sign.body_metadata(body)) kv.push_back(std::move(entry));
+  std::erase_if(kv, [](const auto& e) { return e.first == kSignatureKey; });
+  if (sign.sign_file) kv.emplace_back(kSignatureKey, std::string(kSignatureHexSize, '0'));
+  std::string out(body);
+  parquet::append_footer(out, footer.meta);
+  return sign.sign_file ? write_signature(std::move(out), sign) : out;
 }
 
 RolloutFile decode_rollout_file(std::string_view bytes, const std::string& where) {

@@ -61,6 +61,14 @@ using DecodeBudget = parquet::DecodeBudget;
 std::string encode_rollout_file(const std::vector<RolloutRecord>& rows, const KeyValues& metadata,
                                 const SignBody& sign = {}, const EncodeOptions& options = {});
 
+// Signs a finished Parquet file of any writer (DuckDB, pandas, ours) as encode_rollout_file signs
+// its own: the body (every byte before the footer) is kept byte for byte, the footer is written
+// again by this writer with `sign`'s key/values in place of any signature keys it had. For tools
+// that write rollouts with another Parquet library. Error naming `where` for a file whose footer
+// cannot be read.
+std::string sign_rollout_file(std::string_view bytes, const SignBody& sign,
+                              const std::string& where);
+
 struct RolloutFile {
   std::vector<RolloutRecord> rows;
   KeyValues metadata;     // footer key/value metadata as stored

@@ -10,6 +10,17 @@
 //     (PARQUET_VERSION v2), nulls.parquet (a NULL task_id) with the same 10 rows, and
 //     many.parquet with 5000 rows in row groups of 2048; prints {"rows": [...], "many": [...]},
 //     the rows they hold (nulls.parquet: with row 3's task_id NULL).
+//   node tests/interop/duckdb_rollouts.js edit IN OUT EDIT [VALUE]
+//     Has DuckDB rewrite the rollout file IN as OUT (zstd), its rows changed by EDIT, one of the
+//     dishonest edits of the attack matrix (specs/toploc.md §7) that need no model: copy (none),
+//     edited_tokens (the second half of each completion but its last token shifted by 7 modulo
+//     VALUE, the first special token id: the edit stays among ordinary tokens), truncated (half
+//     of each completion of 4 tokens or more, finish_reason 'length'), early_eos (a third of
+//     each such completion, then the stop token VALUE, finish_reason 'eos'),
+//     cherry_picked (each group given the next group's task_id), repeated_prompts (group 0's
+//     rows in every group), inflated_rewards (every reward 1), inflated_advantages (10 x + 1),
+//     wrong_proof_length (each proof twice), relabelled_step (step + 5), another_node
+//     (node_address VALUE). Prints {"rows": N}.
 //
 // In "rows", seed is a string (BIGINT) and proof is hex.
 'use strict';
@@ -102,14 +113,79 @@ async function write(conn, dir) {
   return { rows, many };
 }
 
+// The SELECT over table `r` (the input's rows, with their row number `i`) that makes each edit.
+// Every replaced column keeps its type, so that OUT has the rollout schema.
+function editQuery(edit, value) {
+  // Truncations touch only completions of 4 tokens or more, so that what is left still needs the
+  // proof chunks the row has (an edit without the model cannot make new ones).
+  const ifLong = (cut, col) =>
+    `CASE WHEN len(completion_tokens) >= 4 THEN ${cut} ELSE ${col} END`;
+  const half = (col) => ifLong(`${col}[1:len(${col}) // 2]`, col);
+  const finish = (reason) => ifLong(`'${reason}'`, 'finish_reason');
+  const edits = {
+    copy: 'SELECT * EXCLUDE (i) FROM r ORDER BY i',
+    edited_tokens: `SELECT * EXCLUDE (i) REPLACE (list_concat(
+        completion_tokens[1:len(completion_tokens) // 2],
+        list_transform(completion_tokens[len(completion_tokens) // 2 + 1:len(completion_tokens) - 1],
+                       t -> ((t + 7) % ${Number(value)})::INTEGER),
+        completion_tokens[len(completion_tokens):len(completion_tokens)]) AS completion_tokens)
+      FROM r ORDER BY i`,
+    truncated: `SELECT * EXCLUDE (i) REPLACE (${half('completion_tokens')} AS completion_tokens,
+        ${half('completion_logprobs')} AS completion_logprobs,
+        ${half('token_versions')} AS token_versions, ${finish('length')} AS finish_reason)
+      FROM r ORDER BY i`,
+    early_eos: `SELECT * EXCLUDE (i) REPLACE (
+        ${ifLong(`list_append(completion_tokens[1:len(completion_tokens) // 3],
+                              ${Number(value)}::INTEGER)`, 'completion_tokens')}
+          AS completion_tokens,
+        ${ifLong('completion_logprobs[1:len(completion_logprobs) // 3 + 1]', 'completion_logprobs')}
+          AS completion_logprobs,
+        ${ifLong('token_versions[1:len(token_versions) // 3 + 1]', 'token_versions')}
+          AS token_versions,
+        ${finish('eos')} AS finish_reason)
+      FROM r ORDER BY i`,
+    cherry_picked: `SELECT r.* EXCLUDE (i) REPLACE (n.task_id AS task_id) FROM r
+      JOIN (SELECT DISTINCT group_index, task_id FROM r) n
+        ON n.group_index = (r.group_index + 1) % (SELECT max(group_index) + 1 FROM r)
+      ORDER BY i`,
+    repeated_prompts: `SELECT r0.* EXCLUDE (i) REPLACE (g.group_index AS group_index)
+      FROM (SELECT DISTINCT group_index FROM r) g, (SELECT * FROM r WHERE group_index = 0) r0
+      ORDER BY g.group_index, r0.i`,
+    inflated_rewards: `SELECT * EXCLUDE (i) REPLACE (1::FLOAT AS reward, 1::FLOAT AS task_reward)
+      FROM r ORDER BY i`,
+    inflated_advantages: `SELECT * EXCLUDE (i) REPLACE ((advantage * 10 + 1)::FLOAT AS advantage)
+      FROM r ORDER BY i`,
+    wrong_proof_length: 'SELECT * EXCLUDE (i) REPLACE (proof || proof AS proof) FROM r ORDER BY i',
+    relabelled_step: `SELECT * EXCLUDE (i) REPLACE ((step + 5)::INTEGER AS step)
+      FROM r ORDER BY i`,
+    another_node: `SELECT * EXCLUDE (i) REPLACE (${sqlString(String(value))} AS node_address)
+      FROM r ORDER BY i`,
+  };
+  if (!(edit in edits)) throw new Error(`unknown edit '${edit}'`);
+  return edits[edit];
+}
+
+async function edit(conn, input, output, name, value) {
+  await conn.run(`CREATE TABLE r AS
+    SELECT *, row_number() OVER () AS i FROM read_parquet(${sqlString(input)})`);
+  await conn.run(`COPY (${editQuery(name, value)}) TO ${sqlString(output)}
+    (FORMAT parquet, COMPRESSION zstd)`);
+  const n = await conn.runAndReadAll(`SELECT count(*)::INTEGER AS n FROM read_parquet(
+    ${sqlString(output)})`);
+  return { rows: n.getRowObjectsJson()[0].n };
+}
+
 async function main() {
-  const [mode, target] = process.argv.slice(2);
-  if (!['read', 'write'].includes(mode) || !target) {
-    throw new Error('usage: node duckdb_rollouts.js read FILE | write DIR');
+  const [mode, target, ...rest] = process.argv.slice(2);
+  if (!['read', 'write', 'edit'].includes(mode) || !target) {
+    throw new Error(
+      'usage: node duckdb_rollouts.js read FILE | write DIR | edit IN OUT EDIT [VALUE]');
   }
   const db = await DuckDBInstance.create(':memory:');
   const conn = await db.connect();
-  const result = mode === 'read' ? await read(conn, target) : await write(conn, target);
+  const result = mode === 'read' ? await read(conn, target)
+    : mode === 'write' ? await write(conn, target)
+    : await edit(conn, target, rest[0], rest[1], rest[2]);
   process.stdout.write(JSON.stringify(result) + '\n');
 }
 

@@ -5,10 +5,9 @@
 // nulls) with a clear error. DuckDB runs through its Node package (tests/interop/
 // duckdb_rollouts.js), pinned in tests/interop/package-lock.json.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -18,56 +17,18 @@
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/json.h"
+#include "interop/duckdb_script.h"
 #include "rollout/rollout_file.h"
 #include "rollout/rollout_test_util.h"
+#include "rollout/signing.h"
 
 namespace trellis::rollout {
 namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kInteropDir = fs::path(TRELLIS_SOURCE_DIR) / "tests" / "interop";
-constexpr const char* kInstallHint =
-    "run scripts/setup.sh (it runs `npm ci --prefix tests/interop`, which installs "
-    "@duckdb/node-api)";
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Runs duckdb_rollouts.js with `args`; fails the test unless it exits 0; returns its JSON.
-Json run_duckdb(const std::string& args) {
-  const fs::path node_modules = kInteropDir / "node_modules";
-  if (!fs::is_directory(node_modules / "@duckdb" / "node-api")) {
-    ADD_FAILURE() << "@duckdb/node-api is not installed in " << node_modules.string() << ": "
-                  << kInstallHint;
-    return Json();
-  }
-  const std::string cmd =
-      "node " + shell_quote((kInteropDir / "duckdb_rollouts.js").string()) + " " + args;
-  FILE* p = ::popen((cmd + " </dev/null").c_str(), "r");
-  if (p == nullptr) {
-    ADD_FAILURE() << "cannot run " << cmd;
-    return Json();
-  }
-  std::string output;
-  std::array<char, 65536> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) output.append(buf.data(), n);
-  const int st = ::pclose(p);
-  const int status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  if (status == 127) {
-    ADD_FAILURE() << "`node` was not found on PATH: " << kInstallHint;
-    return Json();
-  }
-  if (status != 0) {
-    ADD_FAILURE() << "duckdb_rollouts.js failed (its stderr is above); " << kInstallHint;
-    return Json();
-  }
-  return parse_json(output, "duckdb_rollouts.js output");
-}
+using test::run_duckdb;
+using test::shell_quote;
 
 // A scratch directory removed at the end of the test.
 struct TempDir {
@@ -219,6 +180,38 @@ TEST(DuckDbInterop, WeReadDuckDbFiles) {
   expect_rejected(dir.path / "snappy.parquet", "compression SNAPPY is not supported");
   expect_rejected(dir.path / "nulls.parquet", "column 'task_id' holds a null");
   expect_rejected(dir.path / "v2.parquet", "is not supported");
+}
+
+// sign_rollout_file signs what another writer wrote: DuckDB's body is kept byte for byte, and
+// the signature covers it and the new footer (any byte of either changed fails the check).
+TEST(DuckDbInterop, AFileDuckDbWroteIsSignedWithItsBodyKept) {
+  TempDir dir;
+  const Json out = run_duckdb("write " + shell_quote(dir.path.string()));
+  if (out.is_null()) return;
+  const std::string duck = read_file(dir.path / "zstd.parquet");
+  const Identity node = Identity::generate();
+  const std::string signed_bytes = sign_rollout_file(duck, sign_body_with(node), "test");
+  const RolloutFile file = decode_rollout_file(signed_bytes, "signed");
+  EXPECT_EQ(file.body, std::string_view(duck).substr(0, file.body.size()));
+  EXPECT_EQ(metadata_value(file.metadata, "model"), "duck");  // DuckDB's own key/values stay
+  EXPECT_NO_THROW(verify_file_signature(file, node.address(), "signed"));
+  EXPECT_THROW(verify_file_signature(file, Identity::generate().address(), "signed"), Error);
+  // Signing again (another key) replaces the signature rather than adding one.
+  const Identity other = Identity::generate();
+  const std::string again = sign_rollout_file(signed_bytes, sign_body_with(other), "test");
+  const RolloutFile resigned = decode_rollout_file(again, "again");
+  EXPECT_EQ(std::count_if(resigned.metadata.begin(), resigned.metadata.end(),
+                          [](const auto& e) { return e.first == kSignatureKey; }),
+            1);
+  EXPECT_NO_THROW(verify_file_signature(resigned, other.address(), "again"));
+  std::string tampered = signed_bytes;
+  tampered[file.body.size() / 2] ^= 1;
+  try {
+    verify_file_signature(decode_rollout_file(tampered, "tampered"), node.address(), "tampered");
+    ADD_FAILURE() << "a changed body byte verified";
+  } catch (const Error&) {
+  }
+  EXPECT_THROW(sign_rollout_file("PAR1 not parquet", sign_body_with(node), "junk"), Error);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 
@@ -15,6 +16,7 @@
 #include "common/identity.h"
 #include "engine/engine.h"
 #include "env/registry.h"
+#include "interop/duckdb_script.h"
 #include "model/checkpoint.h"
 #include "model/presets.h"
 #include "model/prompting.h"
@@ -83,12 +85,18 @@ class ValidateFile : public ::testing::Test {
   // Writes `rows` signed by `signer` and runs `trellis validate --file` on them.
   static CliResult validate(const std::vector<rollout::RolloutRecord>& rows, const Identity& signer,
                             const std::string& extra = "") {
-    static int files = 0;
-    const fs::path file = dir_ / ("file_" + std::to_string(files++) + ".parquet");
+    const fs::path file = next_file();
     write_file_atomic(file,
                       rollout::encode_rollout_file(rows, {}, rollout::sign_body_with(signer)));
+    return validate(file, extra);
+  }
+  static CliResult validate(const fs::path& file, const std::string& extra = "") {
     return run_trellis("validate --file " + file.string() + " --model " +
                        (dir_ / "model").string() + " " + config_path_.string() + " " + extra);
+  }
+  static fs::path next_file() {
+    static int files = 0;
+    return dir_ / ("file_" + std::to_string(files++) + ".parquet");
   }
 
   static inline fs::path dir_, config_path_;
@@ -124,6 +132,93 @@ TEST_F(ValidateFile, ADishonestFileIsRejectedWithEveryReason) {
   write_file_atomic(junk, "PAR1 not a rollout file");
   r = run_trellis("validate --file " + junk.string() + " --model " + (dir_ / "model").string() +
                   " " + config_path_.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output, "schema:");
+}
+
+// The dishonest edits of the attack matrix (specs/toploc.md §7) that need no model, made by DuckDB,
+// an independent Parquet writer (tests/interop/duckdb_rollouts.js edit), and signed as a cheating
+// worker signs its file (sign_rollout_file keeps DuckDB's body): each is rejected with the reason
+// of the check the matrix names. The honest rows, rewritten by DuckDB the same way, are accepted.
+// The edits that need other weights (noisy, older, FP8, a cheaper model) are the attack suite's.
+TEST_F(ValidateFile, DishonestEditsMadeByDuckDbAreRejectedWithTheirReasons) {
+  const fs::path honest = next_file();
+  write_file_atomic(honest,
+                    rollout::encode_rollout_file(rows_, {}, rollout::sign_body_with(*node_)));
+  const auto model = model::load_transformer(dir_ / "model", {torch::kCPU, torch::kFloat32});
+  const auto prompting = model::Prompting::load(dir_ / "model", model->config());
+  const auto stops = validator::stop_ids(prompting);
+  const int32_t first_stop = *std::min_element(stops.begin(), stops.end());
+  const Identity other = Identity::generate();
+  // DuckDB's rewrite of the honest file with `edit`, signed by `signer`; empty if DuckDB failed.
+  const auto edited = [&](const std::string& edit, const std::string& value,
+                          const Identity& signer) {
+    const fs::path duck = next_file(), out = next_file();
+    const Json answer =
+        run_duckdb("edit " + shell_quote(honest.string()) + " " + shell_quote(duck.string()) + " " +
+                   edit + " " + shell_quote(value));
+    if (answer.is_null()) return fs::path();
+    write_file_atomic(out, rollout::sign_rollout_file(
+                               read_file(duck), rollout::sign_body_with(signer), duck.string()));
+    return out;
+  };
+  const std::string every_row = "--set validator.sample_fraction=1";
+
+  // The honest rows, as DuckDB writes them.
+  const fs::path copy = edited("copy", "", *node_);
+  ASSERT_FALSE(copy.empty());
+  auto r = validate(copy, every_row);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "accepted");
+
+  struct Case {
+    std::string edit, value;
+    const Identity* signer;
+    std::string flags;
+    // Any of them: an edit made without the model leaves the proofs as they were, so TOPLOC
+    // may name a changed completion before the sampling check does.
+    std::vector<std::string> reasons;
+  };
+  const std::vector<Case> cases = {
+      {"edited_tokens",
+       std::to_string(prompting.tok.vocab_size()),
+       node_.get(),
+       "",
+       {"toploc:", "sampling:"}},
+      {"truncated", "", node_.get(), "", {"termination:"}},
+      {"early_eos",
+       std::to_string(validator::stop_ids(prompting).front()),
+       node_.get(),
+       "",
+       {"termination:", "sampling:", "toploc:"}},
+      {"cherry_picked", "", node_.get(), "", {"data sampling:"}},
+      {"repeated_prompts", "", node_.get(), "", {"data sampling:"}},
+      {"inflated_rewards", "", node_.get(), "", {"reward:", "bounds:"}},
+      {"inflated_advantages", "", node_.get(), "", {"bounds:"}},
+      {"wrong_proof_length", "", node_.get(), "", {"schema:"}},
+      // The file of step 1 relabelled as step 6, uploaded for step 1 again.
+      {"relabelled_step", "", node_.get(), "--step 1", {"step binding:"}},
+      // The node's file as it is, uploaded by another node; then re-signed as the other's own.
+      {"copy", "", node_.get(), "--node " + other.address(), {"step binding:", "signature:"}},
+      {"another_node", other.address(), &other, "", {"data sampling:"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.edit + " " + c.flags);
+    const fs::path file = edited(c.edit, c.value, *c.signer);
+    ASSERT_FALSE(file.empty());
+    r = validate(file, every_row + " " + c.flags);
+    EXPECT_EQ(r.status, 1) << r.output;
+    bool named = false;
+    for (const auto& reason : c.reasons)
+      named = named || r.output.find(reason) != std::string::npos;
+    EXPECT_TRUE(named) << "rejected for another reason:\n" << r.output;
+  }
+
+  // A file DuckDB wrote, cut in half: not a rollout file.
+  const fs::path cut = next_file();
+  const std::string whole = read_file(copy);
+  write_file_atomic(cut, whole.substr(0, whole.size() / 2));
+  r = validate(cut, every_row);
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_CONTAINS(r.output, "schema:");
 }
