@@ -66,6 +66,12 @@ class TrellisProcess {
   // Sends `sig` and returns the exit status (-1 if it did not exit in time or died of a signal).
   int stop(int sig, std::chrono::seconds timeout) {
     ::kill(pid_, sig);
+    return wait(timeout);
+  }
+
+  // Waits for the process to end; its exit status (-1 if it did not end in time or died of a
+  // signal).
+  int wait(std::chrono::seconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
       if (exited()) return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
@@ -73,6 +79,8 @@ class TrellisProcess {
     }
     return -1;
   }
+
+  pid_t pid() const { return pid_; }
 
   // Sends `sig` without waiting (SIGSTOP freezes the process, SIGCONT resumes it).
   void signal(int sig) { ::kill(pid_, sig); }

@@ -16,6 +16,8 @@
 #include "common/identity.h"
 #include "orchestrator/client.h"
 #include "orchestrator/credentials.h"
+#include "protocol_abuse.h"
+#include "rollout/store.h"
 
 namespace trellis::test {
 namespace {
@@ -95,7 +97,7 @@ class Attacks : public ::testing::Test {
     run_dir_ = dir_ / "run";
     std::vector<std::string> args = {"run", example, "--run-dir", run_dir_.string()};
     const std::vector<std::string> settings = {"model.path=" + warm.string(),
-                                               "rl.steps=40",
+                                               "rl.steps=24",
                                                "rl.batch_size=32",
                                                "run.workers=1",
                                                "infer.groups_per_submission=2",
@@ -114,6 +116,21 @@ class Attacks : public ::testing::Test {
         [&] { return fs::exists(relay_url) && fs::exists(run_dir_ / "orchestrator.url"); }, 180))
         << run_->log();
     url_ = read_url(run_dir_ / "orchestrator.url");
+    const fs::path honest_key = run_dir_ / "keys" / "worker-0.key";
+    ASSERT_TRUE(wait_for([&] { return fs::exists(honest_key); }, 180)) << run_->log();
+    honest_worker_ = Identity::load_or_create(honest_key).address();  // the worker made it
+
+    // The protocol abuse, while the attackers play: the servers' memory before it, each abuse's
+    // answer, a flood of status requests, then whether the same processes still serve.
+    orchestrator_pid_ = child_with_role(run_->pid(), "orchestrator");
+    relay_pid_ = child_with_role(run_->pid(), "relay");
+    memory_before_ = {peak_memory_bytes(orchestrator_pid_), peak_memory_bytes(relay_pid_)};
+    const std::string run_id = orchestrator::Client(url_).status().run_id;
+    auto abuse = std::async(std::launch::async, [run_id, relay = read_url(relay_url)] {
+      auto outcomes = play_protocol_abuses(url_, relay, run_id, honest_worker_);
+      flood_answered_ = flood_status(url_, kFloodThreads, kFloodRequests);
+      return outcomes;
+    });
 
     // Every attacker at once, each a node of its own; the honest control too.
     std::vector<std::pair<std::string, std::future<CliResult>>> runs;
@@ -128,6 +145,8 @@ class Attacks : public ::testing::Test {
       if (name == "older_policy") args += " --min-version 3";
       runs.emplace_back(name, std::async(std::launch::async, [args] { return run_attack(args); }));
     }
+    abuse_ = abuse.get();
+    memory_after_ = {peak_memory_bytes(orchestrator_pid_), peak_memory_bytes(relay_pid_)};
     for (auto& [name, future] : runs) {
       const CliResult result = future.get();
       outputs_[name] = result.output;
@@ -154,8 +173,8 @@ class Attacks : public ::testing::Test {
         << read_file(run_dir_ / "logs" / "validator-0.log");
     submissions_ = client.submissions();
     nodes_seen_ = client.nodes();
-    honest_worker_ = Identity::load_or_create(run_dir_ / "keys" / "worker-0.key").address();
-    run_->stop(SIGINT, std::chrono::seconds(60));
+    // The run goes on to its last step.
+    run_status_ = run_->wait(std::chrono::seconds(900));
   }
 
   static void TearDownTestSuite() {
@@ -196,6 +215,12 @@ class Attacks : public ::testing::Test {
     EXPECT_GT(rejected, 0) << attack << " has no rejected submission";
   }
 
+  static constexpr int kFloodThreads = 8, kFloodRequests = 250;
+  static inline std::vector<AbuseOutcome> abuse_;
+  static inline int64_t flood_answered_ = 0;
+  static inline pid_t orchestrator_pid_ = -1, relay_pid_ = -1;
+  static inline std::pair<int64_t, int64_t> memory_before_, memory_after_;
+  static inline int run_status_ = -1;
   static inline fs::path dir_, run_dir_;
   static inline std::string url_, honest_worker_;
   static inline std::unique_ptr<TrellisProcess> run_;
@@ -238,6 +263,53 @@ TEST_F(Attacks, AFileReplayedFromAnotherNodeIsCaughtByStepBinding) {
 }
 TEST_F(Attacks, AReplayedFileResignedAsItsOwnIsCaughtByFixedDataSampling) {
   expect_rejected("replayed_resigned");
+}
+
+// Every protocol abuse gets the answer of a defended server; bodies that never end or claim too
+// much are cut off long before their end.
+TEST_F(Attacks, ProtocolAbuseIsRefusedWithItsStatus) {
+  ASSERT_GE(abuse_.size(), 18u);
+  for (const auto& a : abuse_) {
+    EXPECT_EQ(a.status, a.expected) << a.name << ": " << a.answer;
+    EXPECT_LT(a.body_sent, 16 << 20) << a.name << ": the server read the body";
+  }
+  EXPECT_EQ(flood_answered_, kFloodThreads * kFloodRequests);
+}
+
+// The orchestrator and the relay survive it (the same processes), their memory bounded.
+TEST_F(Attacks, TheServersSurviveTheAbuseWithBoundedMemory) {
+  ASSERT_GT(orchestrator_pid_, 0);
+  ASSERT_GT(relay_pid_, 0);
+  EXPECT_GT(memory_after_.first, 0) << "the orchestrator died";
+  EXPECT_GT(memory_after_.second, 0) << "the relay died";
+  constexpr int64_t kMiB = 1 << 20;
+  std::printf(
+      "peak memory before and after the abuse: orchestrator %lld -> %lld MiB, relay %lld -> "
+      "%lld MiB\n",
+      static_cast<long long>(memory_before_.first / kMiB),
+      static_cast<long long>(memory_after_.first / kMiB),
+      static_cast<long long>(memory_before_.second / kMiB),
+      static_cast<long long>(memory_after_.second / kMiB));
+  EXPECT_LT(memory_after_.first - memory_before_.first, 128 * kMiB)
+      << "orchestrator peak " << memory_before_.first / kMiB << " -> " << memory_after_.first / kMiB
+      << " MiB";
+  EXPECT_LT(memory_after_.second - memory_before_.second, 128 * kMiB)
+      << "relay peak " << memory_before_.second / kMiB << " -> " << memory_after_.second / kMiB
+      << " MiB";
+}
+
+// The run reaches its last step, and every file accepted along the way is in the rollout store.
+TEST_F(Attacks, TheRunCompletesWithNothingAcceptedLost) {
+  EXPECT_EQ(run_status_, 0) << run_->log();
+  int64_t accepted = 0;
+  for (const auto& s : submissions_) {
+    if (s.status != "accepted") continue;
+    ++accepted;
+    const fs::path file = run_dir_ / "rollouts" / ("step_" + std::to_string(s.key.step)) /
+                          rollout::stored_file_name(s.key.node_address, s.key.submission, "test");
+    EXPECT_TRUE(fs::exists(file)) << file;
+  }
+  EXPECT_GT(accepted, 0);
 }
 
 // A validator's reject marks the node and evicts it (orchestrator.evict_on_reject); what the
