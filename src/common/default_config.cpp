@@ -93,6 +93,7 @@ validation_lease_s = 120  # a claimed submission goes back to the queue when no 
 evict_on_reject = true  # a node whose submission a validator rejects is evicted
 work_lease_s = 600      # work handed to a worker holds its step's quota this long (admission control)
 max_backlog_steps = 2.0  # no new work while samples waiting for a verdict or being generated reach this many steps' worth
+trusted_proxies = []    # reverse proxies whose X-Real-IP names the client (nginx in front: `trellis orchestrator nginx-config`), e.g. ["127.0.0.1"]
 
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key

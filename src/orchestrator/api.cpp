@@ -18,6 +18,7 @@
 #include "common/hashing.h"
 #include "common/http_limits.h"
 #include "common/identity.h"
+#include "common/ip_address.h"
 #include "common/json.h"
 #include "common/logging.h"
 #include "common/request_signing.h"
@@ -233,6 +234,14 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
   o.work_lease_s = config.get_at_least<int64_t>("orchestrator.work_lease_s", 1);
   o.max_backlog_steps = config.get<double>("orchestrator.max_backlog_steps");
+  o.trusted_proxies = config.get_list<std::string>("orchestrator.trusted_proxies");
+  for (size_t i = 0; i < o.trusted_proxies.size(); ++i) {
+    if (!is_ip_address(o.trusted_proxies[i])) {
+      fail(fmt::format("orchestrator.trusted_proxies[{}]", i),
+           "'{}' is not an IP address (the address nginx connects from, e.g. \"127.0.0.1\")",
+           o.trusted_proxies[i].substr(0, 100));
+    }
+  }
   if (!(o.max_backlog_steps * static_cast<double>(o.batch_size) >=
         static_cast<double>(o.group_size))) {
     fail("orchestrator.max_backlog_steps",
@@ -744,14 +753,30 @@ struct Server::Impl {
                {{"policy_version", newest}, {"trainer_public_key", state.trainer_public_key()}});
   }
 
+  // The client's address: the connection's, or behind a trusted proxy the X-Real-IP it sets
+  // (anyone else's header is ignored: a node cannot put another address on the allowlist).
+  std::string client_ip(const httplib::Request& req) const {
+    const auto& proxies = opt.trusted_proxies;
+    if (std::find(proxies.begin(), proxies.end(), req.remote_addr) == proxies.end())
+      return req.remote_addr;
+    const std::string real = req.get_header_value("X-Real-IP");
+    if (!is_ip_address(real)) {
+      refuse(400, "malformed_request",
+             fmt::format("the request came through the trusted proxy {} without an X-Real-IP "
+                         "address (proxy_set_header X-Real-IP $remote_addr)",
+                         req.remote_addr));
+    }
+    return real;
+  }
+
   // POST /nodes: a node proves it holds its address's key by signing the request; its IP is the
-  // connection's (never a header), and it joins the allowlist unless evicted.
+  // connection's (or a trusted proxy's X-Real-IP), and it joins the allowlist unless evicted.
   void register_node(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /nodes";
     const Json body = parse_body(req, where);
     const std::string address = address_field(body, "address", where);
     const int64_t timestamp = require_signed_by(req, address, sha256_hex(req.body), where);
-    const std::string& ip = req.remote_addr;
+    const std::string ip = client_ip(req);
     const Registration r = state.register_node(address, ip, timestamp, now_s());
     if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
     if (r.outcome == Registration::kReplayed) {

@@ -58,6 +58,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/config.h"
 
@@ -86,6 +87,9 @@ struct ApiOptions {
   int64_t work_lease_s = 600;        // an assignment holds its step's quota this long
   double max_backlog_steps = 2;      // samples awaiting a verdict or in flight, in steps' worth
   int http_threads = 16;
+  // Reverse proxies (nginx in front: nginx_front.h) whose X-Real-IP header names the client;
+  // every other peer's address is its connection's.
+  std::vector<std::string> trusted_proxies;
 };
 
 // [orchestrator] and [rl] of `config`; data_dir "" means `run_dir`, and the run ID is the run

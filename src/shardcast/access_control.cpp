@@ -23,11 +23,6 @@ bool is_ipv6(const std::string& text) {
 
 }  // namespace
 
-bool is_ip_address(const std::string& text) {
-  uint32_t ignored = 0;
-  return parse_ipv4(text, ignored) || is_ipv6(text);
-}
-
 bool ip_matches(const std::string& ip, const std::string& entry) {
   const auto slash = entry.find('/');
   if (slash == std::string::npos) return ip == entry;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/ip_address.h"  // is_ip_address, for the entries of allowlists
+
 namespace trellis::shardcast {
 
 struct AccessLimits {
@@ -22,8 +24,6 @@ struct AccessLimits {
 
 // Whether `ip` matches `entry`: an exact address, or an IPv4 network "a.b.c.d/n".
 bool ip_matches(const std::string& ip, const std::string& entry);
-// Whether `text` is one IPv4 or IPv6 address (no network, no name, nothing else).
-bool is_ip_address(const std::string& text);
 // Error naming `where` unless `entry` is an IPv4 address, an IPv4 CIDR or an IPv6 address.
 void check_allowlist_entry(const std::string& entry, const std::string& where);
 
