@@ -234,6 +234,7 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
   o.work_lease_s = config.get_at_least<int64_t>("orchestrator.work_lease_s", 1);
   o.max_backlog_steps = config.get<double>("orchestrator.max_backlog_steps");
+  o.max_concurrent_uploads = config.get_at_least<int64_t>("orchestrator.max_concurrent_uploads", 1);
   o.trusted_proxies = config.get_list<std::string>("orchestrator.trusted_proxies");
   for (size_t i = 0; i < o.trusted_proxies.size(); ++i) {
     if (!is_ip_address(o.trusted_proxies[i])) {
@@ -265,7 +266,8 @@ struct Server::Impl {
 
   std::mutex decide_mu;  // one decision (accept, reject, validating, evict) at a time
   std::mutex admit_mu;   // one assignment at a time, so two workers never fill the same gap
-  std::atomic<double> backlog_full_at{0};  // when work was last held back for the backlog bound
+  std::atomic<int64_t> uploads_receiving{0};  // bodies being received and checked now
+  std::atomic<double> backlog_full_at{0};     // when work was last held back for the backlog bound
   std::mutex metrics_mu;
   std::map<std::string, int64_t> refused;  // by reason code, since start
   NonceWindow nonces;                      // of the node requests signed within the window
@@ -409,8 +411,12 @@ struct Server::Impl {
     svr.Post("/work", guarded([this](const auto& req, auto& res) { work(req, res); }));
     svr.Post("/submissions",
              guarded([this](const auto& req, auto& res) { submissions(req, res); }));
+    // The upload's body is read by receive_upload itself, once it has a slot.
     svr.Put(R"(/upload/([^/]+)/([^/]+))",
-            guarded([this](const auto& req, auto& res) { upload(req, res); }));
+            [this](const httplib::Request& req, httplib::Response& res,
+                   const httplib::ContentReader& read) {
+              guarded([&](const auto& r, auto& s) { receive_upload(r, s, read); })(req, res);
+            });
     svr.Get(R"(/steps/([^/]+)/accepted)",
             guarded([this](const auto& req, auto& res) { accepted(req, res); }));
     svr.Get(R"(/rollouts/([^/]+)/([^/]+))",
@@ -1007,9 +1013,43 @@ struct Server::Impl {
     return std::nullopt;
   }
 
-  void upload(const httplib::Request& req, httplib::Response& res) {
-    const auto [key, name] = file_of(req);  // its URL was checked before the body was read
-    const std::string& bytes = req.body;
+  // PUT /upload/...: at most max_concurrent_uploads bodies are received and checked at once (each
+  // up to max_upload_bytes, then decoded within its budget): beyond that, 503 busy before the
+  // body is read, with Retry-After (Client::submit retries). Its URL and Content-Length were
+  // checked before this runs.
+  void receive_upload(const httplib::Request& req, httplib::Response& res,
+                      const httplib::ContentReader& read) {
+    if (uploads_receiving.fetch_add(1) >= opt.max_concurrent_uploads) {
+      --uploads_receiving;
+      count_refusal("busy");
+      res.set_header("Retry-After", "1");
+      refuse_and_close(res, 503, "busy",
+                       fmt::format("{} uploads are being received (orchestrator."
+                                   "max_concurrent_uploads); retry in a second",
+                                   opt.max_concurrent_uploads));
+      return;
+    }
+    struct Release {
+      std::atomic<int64_t>& n;
+      ~Release() { --n; }
+    } release{uploads_receiving};
+    std::string bytes;
+    const auto limit = static_cast<size_t>(opt.max_upload_bytes);
+    const bool whole = read([&](const char* data, size_t n) {
+      if (bytes.size() + n > limit) return false;
+      bytes.append(data, n);
+      return true;
+    });
+    if (!whole) {
+      refuse(
+          400, "malformed_request",
+          fmt::format("the body of {} did not arrive whole (at most {} bytes)", req.path, limit));
+    }
+    upload(req, bytes, res);
+  }
+
+  void upload(const httplib::Request& req, const std::string& bytes, httplib::Response& res) {
+    const auto [key, name] = file_of(req);      // its URL was checked before the body was read
     const std::string sha = sha256_hex(bytes);  // for the signature and the declaration alike
     require_signed_by(req, key.node_address, sha, "upload of " + describe(key));
     require_member(key.node_address);  // a URL handed out before the eviction is void

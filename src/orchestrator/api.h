@@ -87,6 +87,9 @@ struct ApiOptions {
   int64_t work_lease_s = 600;        // an assignment holds its step's quota this long
   double max_backlog_steps = 2;      // samples awaiting a verdict or in flight, in steps' worth
   int http_threads = 16;
+  // Uploads received and checked at once (each up to max_upload_bytes, then decoded); more get
+  // 503 busy before their body is read, and the client retries.
+  int64_t max_concurrent_uploads = 4;
   // Reverse proxies (nginx in front: nginx_front.h) whose X-Real-IP header names the client;
   // every other peer's address is its connection's.
   std::vector<std::string> trusted_proxies;

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "common/error.h"
@@ -25,6 +26,9 @@ std::string reason(const httplib::Result& res) {
 }
 
 // The refusal's code ({"code": ...}; "" without one).
+// Attempts of an upload the orchestrator answers 503 busy, a second apart.
+constexpr int kBusyRetries = 60;
+
 std::string code(const httplib::Result& res) {
   try {
     return Json::parse(res->body).value("code", "");
@@ -183,8 +187,18 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
   } catch (const std::exception& e) {
     fail(where, "no upload_url in the answer: {}", e.what());
   }
-  auto put = c.Put(url, signed_by(node, run_id(), "PUT", url, file_sha256), file_bytes.data(),
-                   file_bytes.size(), "application/vnd.apache.parquet");
+  // A busy orchestrator (503 busy: as many uploads as it takes at once) is asked again, each time
+  // with a fresh signature, for up to a minute.
+  const auto send = [&] {
+    return c.Put(url, signed_by(node, run_id(), "PUT", url, file_sha256), file_bytes.data(),
+                 file_bytes.size(), "application/vnd.apache.parquet");
+  };
+  auto put = send();
+  for (int attempt = 1; put && put->status == 503 && code(put) == "busy" && attempt <= kBusyRetries;
+       ++attempt) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    put = send();
+  }
   if (put && put->status == 409 && code(put) == "dropped") return "dropped";
   if (!put || (put->status != 200 && put->status != 202)) {
     fail(where, "upload rejected: {}", reason(put));

@@ -5,10 +5,14 @@
 // moves only with signal samples; the version window, URL signatures, declared hashes, the work's
 // size, file signatures and the schema are enforced, and nothing refused is ever listed or
 // stored.
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -332,6 +336,75 @@ TEST_F(OrchestratorApi, AskingAgainExtendsNoLease) {
   // both free again, so c gets the older step.
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
   EXPECT_EQ(work(client, c).step, 0);
+}
+
+// At most max_concurrent_uploads bodies are received at once: with one slot held by an upload
+// whose body trickles in, another is refused 503 busy before its body is read, and an honest
+// Client::submit waits for the slot and gets its file in.
+TEST_F(OrchestratorApi, UploadsBeyondTheConcurrencyCapWaitTheirTurn) {
+  ApiOptions o = options();
+  o.max_concurrent_uploads = 1;
+  Client& client = start(o);
+  const Identity b = Identity::generate();
+  work(client, worker_);
+  const Assignment bw = work(client, b);
+  ASSERT_EQ(bw.step, 1);  // worker_'s work took step 0's share
+  const std::string slow_file = test::signed_file(spec(0, 0), {{0, 1, 1, 1}}, worker_);
+  const std::string url = upload_url(0, 0, sha256_hex(slow_file), slow_file.size());
+  ASSERT_FALSE(url.empty());
+
+  // The slow upload: headers and half its body, the rest later.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  std::string head = "PUT " + url +
+                     " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(slow_file.size()) +
+                     "\r\nConnection: close\r\n";
+  for (const auto& [k, v] : signed_headers(worker_, "PUT", url, slow_file))
+    head += k + ": " + v + "\r\n";
+  const std::string first = head + "\r\n" + slow_file.substr(0, slow_file.size() / 2);
+  ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(first.size()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  // Another upload while the slot is held: busy, told when to retry.
+  const test::FileSpec fb{"run-test", b.address(), static_cast<int32_t>(bw.step),
+                          static_cast<int32_t>(bw.submission), 0};
+  const std::string b_file = test::signed_file(fb, {{1, 1, 0, 0}}, b);
+  const std::string body = Json{
+      {"node_address", b.address()},
+      {"step", bw.step},
+      {"submission", bw.submission},
+      {"sha256", sha256_hex(b_file)},
+      {"size", b_file.size()}}.dump();
+  auto declared = http_->Post("/submissions", signed_headers(b, "POST", "/submissions", body), body,
+                              "application/json");
+  ASSERT_TRUE(declared);
+  ASSERT_EQ(declared->status, 200) << declared->body;
+  const std::string b_url = Json::parse(declared->body).at("upload_url").get<std::string>();
+  const auto busy = put(b_url, b_file, b);
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->status, 503);
+  EXPECT_CONTAINS(busy->body, "busy");
+  EXPECT_EQ(busy->get_header_value("Retry-After"), "1");
+
+  // b's worker keeps trying while the slow upload finishes.
+  auto honest = std::async(std::launch::async,
+                           [&] { return client.submit(b, bw.step, bw.submission, b_file); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const std::string rest = slow_file.substr(slow_file.size() / 2);
+  ASSERT_EQ(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL), static_cast<ssize_t>(rest.size()));
+  char reply[4096];
+  const ssize_t n = ::recv(fd, reply, sizeof reply, 0);
+  ::close(fd);
+  ASSERT_GT(n, 12);
+  EXPECT_EQ(std::string(reply, 12), "HTTP/1.1 200");
+  EXPECT_EQ(honest.get(), "accepted");
+  EXPECT_EQ(client.accepted(0).size(), 1u);
+  EXPECT_EQ(client.accepted(1).size(), 1u);
 }
 
 TEST_F(OrchestratorApi, RefusesExpiredAndForgedUrls) {
