@@ -39,8 +39,8 @@ std::vector<std::pair<std::string, std::string>> sign_request(
                                                                nonce, body_sha256))}};
 }
 
-NonceWindow::NonceWindow(int64_t window_s, size_t capacity)
-    : window_s_(window_s), capacity_(capacity) {}
+NonceWindow::NonceWindow(int64_t window_s, size_t capacity, int64_t opened_at)
+    : window_s_(window_s), opened_at_(opened_at), capacity_(capacity) {}
 
 NonceWindow::Result NonceWindow::record(std::string_view signer, std::string_view nonce,
                                         int64_t timestamp, int64_t now) {
@@ -74,6 +74,7 @@ SignatureCheck check_signed_request(const SignedHeaders& h, std::string_view run
     return SignatureCheck::kMalformed;
   }
   if (ts < now - nonces.window_s() || ts > now + nonces.window_s()) return SignatureCheck::kStale;
+  if (ts < nonces.opened_at()) return SignatureCheck::kBeforeStart;
   if (!verify_signature(h.signer, request_message(run_id, method, target, ts, h.nonce, body_sha256),
                         h.signature)) {
     return SignatureCheck::kBadSignature;
@@ -108,6 +109,11 @@ std::string describe(SignatureCheck check, const SignedHeaders& h, int64_t now, 
           "the request is signed with timestamp {}, more than {} s from the server's clock ({}): "
           "a replayed request, or the sender's clock is wrong",
           h.timestamp.substr(0, 20), window_s, now);
+    case SignatureCheck::kBeforeStart:
+      return fmt::format(
+          "the request is signed at {}, before this server started: the nonces of requests "
+          "before a restart are not remembered, so it could be a replay; sign it again",
+          h.timestamp.substr(0, 20));
     case SignatureCheck::kBadSignature:
       return fmt::format(
           "the signature is not {}'s over this run, method, target, time, nonce and body",

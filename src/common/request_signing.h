@@ -42,17 +42,20 @@ struct SignedHeaders {
 
 // Nonces seen within the timestamp window, bounded in number: a server remembers each accepted
 // request's nonce until its timestamp leaves the window, and refuses more than `capacity` at once
-// (a flood of signed requests costs the sender, not the server's memory). Thread-safe.
+// (a flood of signed requests costs the sender, not the server's memory). Nonces live in memory
+// only, so the window opens at `opened_at` (the server's start, unix seconds): a request signed
+// before then may have been seen by the server's previous run, and is refused. Thread-safe.
 class NonceWindow {
  public:
-  NonceWindow(int64_t window_s, size_t capacity);
+  NonceWindow(int64_t window_s, size_t capacity, int64_t opened_at);
   enum class Result { kFresh, kReplayed, kFull };
   // Records (signer, nonce) unless seen; forgets those whose timestamp is older than the window.
   Result record(std::string_view signer, std::string_view nonce, int64_t timestamp, int64_t now);
   int64_t window_s() const { return window_s_; }
+  int64_t opened_at() const { return opened_at_; }
 
  private:
-  int64_t window_s_;
+  int64_t window_s_, opened_at_;
   size_t capacity_;
   std::mutex mu_;
   std::unordered_set<std::string> seen_;
@@ -60,7 +63,16 @@ class NonceWindow {
 };
 
 // Why a signed request was refused (kOk: it was not).
-enum class SignatureCheck { kOk, kMissing, kMalformed, kStale, kBadSignature, kReplayed, kBusy };
+enum class SignatureCheck {
+  kOk,
+  kMissing,
+  kMalformed,
+  kStale,
+  kBeforeStart,  // signed before the nonce window opened (the server restarted since)
+  kBadSignature,
+  kReplayed,
+  kBusy
+};
 
 // Checks `h` for a request of `run_id`, `method`, `target` and `body_sha256` at `now`: every header
 // present and well formed, the timestamp within the window, the signature the signer's over

@@ -279,7 +279,7 @@ struct Server::Impl {
         store(opt.data_dir),
         validating(opt.data_dir / "validating"),
         rejected(opt.data_dir / "rejected"),
-        nonces(opt.signature_window_s, kMaxNonces) {
+        nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())) {
     recover();
     routes();
   }

@@ -18,7 +18,7 @@ SignedHeaders headers_of(const std::vector<std::pair<std::string, std::string>>&
 
 TEST(RequestSigning, AHonestRequestPassesOnceAndEveryAlterationFails) {
   const Identity node = Identity::generate();
-  NonceWindow nonces(60, 1000);
+  NonceWindow nonces(60, 1000, 0);
   const int64_t now = 1'000'000;
   const auto h =
       headers_of(sign_request(node, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now));
@@ -27,7 +27,7 @@ TEST(RequestSigning, AHonestRequestPassesOnceAndEveryAlterationFails) {
   EXPECT_EQ(check_signed_request(h, "run-1", "POST", "/work", sha256_hex("{\"a\":1}"), now, nonces),
             SignatureCheck::kReplayed);
   // Each alteration is caught before the nonce is consulted (a fresh window would pass it).
-  NonceWindow fresh(60, 1000);
+  NonceWindow fresh(60, 1000, 0);
   EXPECT_EQ(check_signed_request(h, "run-2", "POST", "/work", sha256_hex("{\"a\":1}"), now, fresh),
             SignatureCheck::kBadSignature);
   EXPECT_EQ(check_signed_request(h, "run-1", "PUT", "/work", sha256_hex("{\"a\":1}"), now, fresh),
@@ -54,7 +54,7 @@ TEST(RequestSigning, AHonestRequestPassesOnceAndEveryAlterationFails) {
 
 TEST(RequestSigning, StaleMissingAndMalformedHeadersAreRefused) {
   const Identity node = Identity::generate();
-  NonceWindow nonces(60, 1000);
+  NonceWindow nonces(60, 1000, 0);
   const int64_t now = 1'000'000;
   const auto old = headers_of(sign_request(node, "r", "GET", "/x", sha256_hex(""), now - 61));
   EXPECT_EQ(check_signed_request(old, "r", "GET", "/x", sha256_hex(""), now, nonces),
@@ -80,7 +80,7 @@ TEST(RequestSigning, StaleMissingAndMalformedHeadersAreRefused) {
 }
 
 TEST(RequestSigning, TheNonceMemoryIsBoundedAndForgetsOldNonces) {
-  NonceWindow nonces(60, 3);
+  NonceWindow nonces(60, 3, 0);
   EXPECT_EQ(nonces.record("a", "1", 100, 100), NonceWindow::Result::kFresh);
   EXPECT_EQ(nonces.record("a", "2", 100, 100), NonceWindow::Result::kFresh);
   EXPECT_EQ(nonces.record("b", "1", 100, 100), NonceWindow::Result::kFresh);  // per signer
@@ -88,6 +88,23 @@ TEST(RequestSigning, TheNonceMemoryIsBoundedAndForgetsOldNonces) {
   EXPECT_EQ(nonces.record("a", "1", 100, 150), NonceWindow::Result::kReplayed);
   // Once the window has passed, a replay fails the timestamp check instead, so nonces go.
   EXPECT_EQ(nonces.record("a", "3", 200, 200), NonceWindow::Result::kFresh);
+}
+
+// Nonces live in memory: a request signed before the window opened (the server's start) may
+// have been seen by its previous run, so it is refused even within the timestamp window.
+TEST(RequestSigning, ARequestSignedBeforeTheServerStartedIsRefused) {
+  const Identity node = Identity::generate();
+  const int64_t start = 1'000'000;
+  NonceWindow nonces(60, 1000, start);
+  const auto before =
+      headers_of(sign_request(node, "r", "POST", "/work", sha256_hex(""), start - 1));
+  EXPECT_EQ(check_signed_request(before, "r", "POST", "/work", sha256_hex(""), start + 5, nonces),
+            SignatureCheck::kBeforeStart);
+  EXPECT_NE(describe(SignatureCheck::kBeforeStart, before, start + 5, 60).find("sign it again"),
+            std::string::npos);
+  const auto after = headers_of(sign_request(node, "r", "POST", "/work", sha256_hex(""), start));
+  EXPECT_EQ(check_signed_request(after, "r", "POST", "/work", sha256_hex(""), start + 5, nonces),
+            SignatureCheck::kOk);
 }
 
 TEST(Hashing, ConstantTimeEqualAndRandomHex) {

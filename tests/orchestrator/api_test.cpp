@@ -719,6 +719,13 @@ TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
   const std::string pending = test::signed_file(spec(1, 0, 1), {{0, 1}}, worker_);
   const std::string url = upload_url(1, 0, sha256_hex(pending), pending.size());
   const Assignment open = work(*client_, other, 2, 1);  // step 2, not started before the restart
+  // A signed request captured before the restart (the nonces it was checked against are gone).
+  const std::string ask =
+      Json{{"node_address", other.address()}, {"policy_version", 1}, {"groups", 2}}.dump();
+  const auto captured = signed_headers(other, "POST", "/work", ask);
+  auto res = http_->Post("/work", captured, ask, "application/json");
+  ASSERT_TRUE(res && res->status == 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // signed a second before
   server_->stop();
   EXPECT_FALSE(fs::exists(dir_ / "orchestrator.url"));
 
@@ -737,7 +744,11 @@ TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
   const Assignment same = work(*client_, other, 2, 1);
   EXPECT_EQ(same.step, open.step);
   EXPECT_EQ(same.submission, open.submission);
-  auto res = put(url, pending);
+  res = http_->Post("/work", captured, ask, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  EXPECT_CONTAINS(res->body, "before this server started");
+  res = put(url, pending);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(client_->accepted(1).size(), 1u);
