@@ -694,6 +694,9 @@ struct Server::Impl {
     if (p.starts_with("/validation/")) return Role::kValidator;
     if (p == "/trainer/version") return Role::kTrainer;
     if (req.method == "GET" && (p == "/submissions" || p == "/nodes")) return Role::kTrainer;
+    // Accepted rollouts are the trainer's: nobody else may list or copy them (a replay needs
+    // another node's file).
+    if (p.starts_with("/steps/") || p.starts_with("/rollouts/")) return Role::kTrainer;
     if (p.starts_with("/nodes/") && p.ends_with("/evict")) return Role::kTrainer;
     return std::nullopt;
   }

@@ -41,6 +41,7 @@ class OrchestratorApi : public ApiFixture {
     const int port = start_server(o);
     client_ = std::make_unique<Client>(server_->url(), o.trainer_token, 10);
     http_ = std::make_unique<httplib::Client>("127.0.0.1", port);
+    http_->set_bearer_token_auth(o.trainer_token);  // as the operator (accepted files are its)
     return *client_;
   }
   Client& start() { return start(options()); }

@@ -21,6 +21,7 @@
 #include "common/hashing.h"
 #include "error_of.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 #include "rollout_fixtures.h"
 
 namespace trellis::test {
@@ -126,7 +127,9 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
   const std::string url =
       second.wait_for_url(run_dir / "orchestrator.url", std::chrono::seconds(60));
   ASSERT_FALSE(url.empty()) << second.log();
-  orchestrator::Client client(url, "", 10);
+  orchestrator::Client client(
+      url,  // as the operator
+      orchestrator::client_token(Config::defaults(), run_dir, orchestrator::Role::kTrainer), 10);
   const orchestrator::Status after = client.status();
   EXPECT_EQ(after.run_id, run_id);
   EXPECT_EQ(after.step, before.step);

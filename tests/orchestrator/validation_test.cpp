@@ -129,7 +129,7 @@ TEST_F(Validation, AnUploadWaitsForAVerdictThenBecomesVisible) {
   EXPECT_EQ(s.pending, 0);
   EXPECT_EQ(s.accepted, 0);
   EXPECT_EQ(s.step, 0);
-  auto res = http_->Get(("/rollouts/step_0/" + name(worker_, 0)).c_str());
+  auto res = get("/rollouts/step_0/" + name(worker_, 0), kTrainerToken);
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 404);
   res = http_->Get("/metrics");

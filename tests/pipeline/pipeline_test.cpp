@@ -20,6 +20,7 @@
 #include "common/hashing.h"
 #include "common/identity.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 #include "orchestrator/state.h"
 #include "rollout/data_sampling.h"
 #include "rollout/rollout_file.h"
@@ -68,9 +69,15 @@ class Pipeline : public ::testing::Test {
       return 0;  // not written yet, or a line mid-write
     }
   }
-  // The accepted files of steps [0, steps) as the orchestrator at `url` lists them.
-  static std::set<std::string> accepted(const std::string& url, int steps) {
-    orchestrator::Client client(url);
+  // The operator's client of the run in `run_dir` (the trainer's token it created).
+  static orchestrator::Client operator_client(const fs::path& run_dir) {
+    return orchestrator::Client(
+        url_of(run_dir),
+        orchestrator::client_token(Config::defaults(), run_dir, orchestrator::Role::kTrainer));
+  }
+  // The accepted files of steps [0, steps) as the run's orchestrator lists them.
+  static std::set<std::string> accepted(const fs::path& run_dir, int steps) {
+    orchestrator::Client client = operator_client(run_dir);
     std::set<std::string> names;
     for (int s = 0; s < steps; ++s)
       for (const auto& f : client.accepted(s))
@@ -246,8 +253,7 @@ TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunComple
   auto launcher =
       std::async(std::launch::async, [&] { return run_trellis(run_args(run_dir, steps)); });
   ASSERT_TRUE(wait_for([&] { return metric_lines(run_dir) >= 2; }, 600)) << "no progress";
-  const std::string url = url_of(run_dir);
-  const auto before = accepted(url, steps);
+  const auto before = accepted(run_dir, steps);
   ASSERT_FALSE(before.empty());
 
   kill_matching("infer " + (run_dir / "config.toml").string() + " .*infer.name=worker-0");
@@ -272,10 +278,9 @@ TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunComple
                        run_dir.string() + " --set orchestrator.port=0");
   });
   ASSERT_TRUE(wait_for([&] { return fs::exists(url_file); }, 60));
-  const std::string url2 = url_of(run_dir);
-  const auto after = accepted(url2, steps);
+  const auto after = accepted(run_dir, steps);
   for (const auto& f : before) EXPECT_TRUE(after.count(f)) << f << " was lost";
-  orchestrator::Client client(url2);
+  orchestrator::Client client = operator_client(run_dir);
   const auto first = client.accepted(0).front();
   EXPECT_EQ(sha256_hex(client.download(0, first.name)), first.sha256);
   kill_matching("orchestrator " + (run_dir / "config.toml").string(), "TERM");

@@ -5,7 +5,8 @@
 // with its own key and uploads it. It prints one JSON line: the attack, its node address, the
 // step and submission it uploaded, and what the orchestrator answered.
 //
-//   trellis_attack CONFIG --run-dir DIR --attack NAME [--other-model DIR] [--set key=value ...]
+//   trellis_attack CONFIG --run-dir DIR --attack NAME [--other-model DIR] [--steal-from DIR]
+//                  [--set key=value ...]
 //
 // The attacker is a smart one: whatever it changes, it recomputes what it can without the
 // checks' secrets (rewards, advantages, proofs by prefill of the claimed policy, log-probs), so
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/identity.h"
 #include "common/json.h"
 #include "common/logging.h"
@@ -58,6 +60,7 @@ struct Attacker {
   const Config& config;
   std::string attack;
   fs::path run_dir, other_model;
+  fs::path stolen;  // replay attacks: the accepted files of others they got hold of
   model::Compute compute;
   std::atomic<bool> stop{false};
   rl::RlLoopConfig rl;
@@ -292,9 +295,9 @@ struct Attacker {
       // holds, so that the orchestrator's version window passes it on to a validator).
       const auto found = replayable();
       if (!found) fail(attack, "no accepted file of another node to replay yet");
-      const std::string bytes = client.download(found->first, found->second.name);
+      const std::string bytes = read_file(*found);
       if (attack == "replayed_file") return bytes;
-      auto replayed = rollout::decode_rollout_file(bytes, found->second.name).rows;
+      auto replayed = rollout::decode_rollout_file(bytes, found->string()).rows;
       std::erase_if(replayed, [&](const auto& r) { return r.group_index >= assigned_groups; });
       for (auto& r : replayed) {
         r.node_address = identity.address();
@@ -312,14 +315,28 @@ struct Attacker {
     return encode(rows);
   }
 
-  // The newest accepted file of another node, with its step; nothing before one exists.
-  std::optional<std::pair<int64_t, orchestrator::AcceptedFile>> replayable() {
-    const auto status = client.status();
-    for (int64_t s = status.step + status.async_level; s >= 0; --s) {
-      for (const auto& f : client.accepted(s))
-        if (f.node_address != identity.address()) return std::make_pair(s, f);
+  // The newest accepted file of another node (of the highest step) in the stolen store; nothing
+  // before one exists. Accepted files are the trainer's alone, so a replayer needs an accomplice
+  // (or a leak): --steal-from stands in for it.
+  std::optional<fs::path> replayable() const {
+    std::optional<fs::path> newest;
+    int64_t newest_step = -1;
+    std::error_code ec;
+    for (const auto& dir : fs::directory_iterator(stolen, ec)) {
+      const std::string name = dir.path().filename().string();
+      if (!name.starts_with("step_")) continue;
+      const int64_t step = std::stoll(name.substr(5));
+      if (step <= newest_step) continue;
+      for (const auto& f : fs::directory_iterator(dir.path(), ec)) {
+        const std::string file = f.path().filename().string();
+        if (file.ends_with(".parquet") && !file.starts_with(identity.address())) {
+          newest = f.path();
+          newest_step = step;
+          break;
+        }
+      }
     }
-    return std::nullopt;
+    return newest;
   }
 
   // Asks for work like a worker (refetching the policy when the run has moved past it), builds
@@ -387,7 +404,7 @@ int main(int argc, char** argv) {
   using namespace trellis;
   CLI::App app{"A dishonest inference worker for the attack-suite tests"};
   std::vector<std::string> configs, overrides;
-  std::string run_dir, attack, other_model;
+  std::string run_dir, attack, other_model, stolen;
   int64_t min_version = 0;
   app.add_option("config", configs, "TOML configuration files")->check(CLI::ExistingFile);
   app.add_option("--set", overrides, "section.key=value");
@@ -395,12 +412,15 @@ int main(int argc, char** argv) {
   app.add_option("--attack", attack, "the attack to play")->required();
   app.add_option("--other-model", other_model, "small_model: the cheaper model that samples");
   app.add_option("--min-version", min_version, "wait for at least this policy version");
+  app.add_option("--steal-from", stolen,
+                 "replay attacks: a rollout store (step_N/*.parquet) to take others' files from");
   CLI11_PARSE(app, argc, argv);
   try {
     const Config config = Config::resolve(
         std::vector<std::filesystem::path>(configs.begin(), configs.end()), overrides);
     model::init_compute_runtime(1);
     Attacker attacker(config, attack, run_dir, other_model);
+    attacker.stolen = stolen;
     const Json out = attacker.run(min_version);
     std::printf("%s\n", out.dump().c_str());
     return 0;
