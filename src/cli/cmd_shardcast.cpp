@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "common/logging.h"
 #include "common/run_dir.h"
+#include "orchestrator/credentials.h"
 #include "shardcast/client.h"
 #include "shardcast/nginx_config.h"
 #include "shardcast/origin.h"
@@ -56,7 +57,12 @@ void add_relay_command(CLI::App& app) {
     const auto& stop = stop_requested();
     const Config config = flags.resolve();
     const auto run_dir = join_run_dir(config);
-    shardcast::Relay relay(shardcast::RelaySettings::from_config(config, run_dir));
+    auto settings = shardcast::RelaySettings::from_config(config, run_dir);
+    if (!settings.allowlist_url.empty()) {  // the pool's IPs are for relays only
+      settings.allowlist_token =
+          orchestrator::client_token(config, run_dir, orchestrator::Role::kRelay);
+    }
+    shardcast::Relay relay(settings);
     relay.start();
     while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     log::info("relay: stop signal received, shutting down");

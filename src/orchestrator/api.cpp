@@ -289,7 +289,8 @@ struct Server::Impl {
   static ApiOptions with_tokens(ApiOptions o) {
     const auto dir = o.secrets_dir.empty() ? o.data_dir / "secrets" : o.secrets_dir;
     for (auto [role, token] : {std::pair{Role::kTrainer, &o.trainer_token},
-                               std::pair{Role::kValidator, &o.validator_token}}) {
+                               std::pair{Role::kValidator, &o.validator_token},
+                               std::pair{Role::kRelay, &o.relay_token}}) {
       if (token->empty()) *token = server_token(dir, role);
       if (token->size() < kMinTokenChars) {
         fail("orchestrator", "the {} token has {} characters; at least {} are needed",
@@ -388,12 +389,14 @@ struct Server::Impl {
         count_refusal("unauthorized");
         log::info("orchestrator: refused {} {} from {}: no valid {} token", req.method, req.path,
                   req.remote_addr, role_name(*role));
-        refuse_and_close(res, 401, "unauthorized",
-                         fmt::format("{} {} needs the {}'s bearer token (the file {}.token the "
-                                     "orchestrator created under orchestrator.secrets_dir, or "
-                                     "TRELLIS_{}_TOKEN)",
-                                     req.method, req.path, role_name(*role), role_name(*role),
-                                     *role == Role::kTrainer ? "TRAINER" : "VALIDATOR"));
+        std::string env = role_name(*role);
+        for (char& c : env) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        refuse_and_close(
+            res, 401, "unauthorized",
+            fmt::format("{} {} needs the {}'s bearer token (the file {}.token the "
+                        "orchestrator created under orchestrator.secrets_dir, or "
+                        "TRELLIS_{}_TOKEN)",
+                        req.method, req.path, role_name(*role), role_name(*role), env));
         return httplib::Server::HandlerResponse::Handled;
       }
       return httplib::Server::HandlerResponse::Unhandled;
@@ -697,18 +700,27 @@ struct Server::Impl {
     // Accepted rollouts are the trainer's: nobody else may list or copy them (a replay needs
     // another node's file).
     if (p.starts_with("/steps/") || p.starts_with("/rollouts/")) return Role::kTrainer;
+    if (p == "/allowlist") return Role::kRelay;  // the pool's node IPs
     if (p.starts_with("/nodes/") && p.ends_with("/evict")) return Role::kTrainer;
     return std::nullopt;
   }
 
-  static const char* role_name(Role role) {
-    return role == Role::kTrainer ? "trainer" : "validator";
-  }
-
-  // `req` carries `role`'s bearer token (compared in constant time).
+  // `req` carries `role`'s bearer token (compared in constant time); what relays may read, the
+  // operator (the trainer's token) may read too.
   bool authorized(const httplib::Request& req, Role role) const {
-    const std::string& token = role == Role::kTrainer ? opt.trainer_token : opt.validator_token;
-    return constant_time_equal(req.get_header_value("Authorization"), "Bearer " + token);
+    const std::string sent = req.get_header_value("Authorization");
+    const auto is = [&](const std::string& token) {
+      return constant_time_equal(sent, "Bearer " + token);
+    };
+    switch (role) {
+      case Role::kTrainer:
+        return is(opt.trainer_token);
+      case Role::kValidator:
+        return is(opt.validator_token);
+      case Role::kRelay:
+        return is(opt.relay_token) || is(opt.trainer_token);
+    }
+    return false;
   }
 
   // Checks that `claimed` (the node the request names) signed `req`, whose body hashes to

@@ -76,7 +76,7 @@ struct ApiOptions {
   int64_t max_request_bytes = 64 << 10;  // of every body but an upload's
   // The privileged tokens, at least kMinTokenChars each; "" = server_token(secrets_dir) (created
   // on the first start, credentials.h).
-  std::string trainer_token, validator_token;
+  std::string trainer_token, validator_token, relay_token;
   std::filesystem::path secrets_dir;  // "" = <data_dir>/secrets
   int64_t signature_window_s = 60;    // a signed request's timestamp may be this far from now
   // Uploads that pass the orchestrator's checks wait for a validator's verdict; false = they are

@@ -10,11 +10,19 @@ namespace trellis::orchestrator {
 namespace {
 
 const char* env_name(Role role) {
-  return role == Role::kTrainer ? "TRELLIS_TRAINER_TOKEN" : "TRELLIS_VALIDATOR_TOKEN";
+  switch (role) {
+    case Role::kTrainer:
+      return "TRELLIS_TRAINER_TOKEN";
+    case Role::kValidator:
+      return "TRELLIS_VALIDATOR_TOKEN";
+    case Role::kRelay:
+      return "TRELLIS_RELAY_TOKEN";
+  }
+  return "";
 }
 
 std::filesystem::path token_file(const std::filesystem::path& dir, Role role) {
-  return dir / (role == Role::kTrainer ? "trainer.token" : "validator.token");
+  return dir / (std::string(role_name(role)) + ".token");
 }
 
 std::string checked(std::string token, const std::string& where) {
@@ -34,6 +42,18 @@ std::string env_token(Role role) {
 }
 
 }  // namespace
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::kTrainer:
+      return "trainer";
+    case Role::kValidator:
+      return "validator";
+    case Role::kRelay:
+      return "relay";
+  }
+  return "";
+}
 
 std::filesystem::path secrets_dir(const Config& config, const std::filesystem::path& run_dir) {
   const std::string dir = config.get<std::string>("orchestrator.secrets_dir");
@@ -56,7 +76,7 @@ std::string client_token(const Config& config, const std::filesystem::path& run_
     fail(file.string(),
          "no {} token: the orchestrator creates this file on its first start; on another machine "
          "copy it here (mode 0600), point orchestrator.secrets_dir at its folder, or set {}",
-         role == Role::kTrainer ? "trainer" : "validator", env_name(role));
+         role_name(role), env_name(role));
   };
   return checked(load_or_create_secret(file, missing), file.string());
 }

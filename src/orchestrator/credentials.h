@@ -1,10 +1,11 @@
 // The orchestrator's privileged credentials (specs/protocol.md §2): nothing privileged is open
-// because a setting was left empty. The trainer's token (publish versions, evict nodes, list nodes
-// and submissions) and the validators' token (claim, download, decide) are random secrets the
-// orchestrator creates on its first start in files of mode 0600 (<secrets dir>/trainer.token and
-// validator.token); processes on the same machine read them from there, processes elsewhere get a
-// copy of the file or the environment variable TRELLIS_TRAINER_TOKEN / TRELLIS_VALIDATOR_TOKEN.
-// Tokens never go into config files, command lines or logs.
+// because a setting was left empty. The trainer's token (publish versions, evict nodes, list nodes,
+// submissions and accepted files), the validators' token (claim, download, decide) and the relays'
+// token (read the allowlist of node IPs) are random secrets the orchestrator creates on its first
+// start in files of mode 0600 (<secrets dir>/trainer.token, validator.token, relay.token);
+// processes on the same machine read them from there, processes elsewhere get a copy of the file
+// or the environment variable TRELLIS_TRAINER_TOKEN / TRELLIS_VALIDATOR_TOKEN /
+// TRELLIS_RELAY_TOKEN. Tokens never go into config files, command lines or logs.
 #pragma once
 
 #include <filesystem>
@@ -14,7 +15,10 @@
 
 namespace trellis::orchestrator {
 
-enum class Role { kTrainer, kValidator };
+enum class Role { kTrainer, kValidator, kRelay };
+
+// "trainer", "validator" or "relay".
+const char* role_name(Role role);
 
 // At least this many characters (a token from the environment may be chosen by a person).
 inline constexpr size_t kMinTokenChars = 32;

@@ -86,6 +86,15 @@ HttpResult http_get(const std::string& url, const HttpOptions& options,
                    std::max(1L, static_cast<long>(options.stall_s + 0.5)));
   if (!options.source_ip.empty())
     curl_easy_setopt(curl, CURLOPT_INTERFACE, ("host!" + options.source_ip).c_str());
+  struct Headers {
+    curl_slist* list = nullptr;
+    ~Headers() { curl_slist_free_all(list); }
+  } headers;
+  if (!options.bearer_token.empty()) {
+    headers.list =
+        curl_slist_append(nullptr, ("Authorization: Bearer " + options.bearer_token).c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.list);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const CURLcode code = curl_easy_perform(curl);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

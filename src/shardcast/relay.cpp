@@ -185,6 +185,7 @@ void Relay::refresh_allowlist() {
   std::string body;
   HttpOptions http;
   http.timeout_s = 5;
+  http.bearer_token = settings_.allowlist_token;
   const HttpResult r = http_get_string(url, http, body);
   try {
     if (!r.ok()) fail(url, "{}", r.error);

@@ -32,7 +32,8 @@ struct RelaySettings {
   double poll_s = 2;
   int64_t keep = 5;
   FetchOptions pull;
-  std::string allowlist_url;  // the orchestrator; "" = only server.allow applies
+  std::string allowlist_url;    // the orchestrator; "" = only server.allow applies
+  std::string allowlist_token;  // the orchestrator's relay token (GET /allowlist needs it)
   double allowlist_poll_s = 1;
   std::filesystem::path nginx_allowlist;  // "" = no nginx
   std::string nginx_reload;               // command run after nginx_allowlist changes

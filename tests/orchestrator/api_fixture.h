@@ -23,6 +23,7 @@ namespace trellis::orchestrator {
 
 inline const std::string kTrainerToken = "trainer-token-of-the-tests-0123456789";
 inline const std::string kValidatorToken = "validator-token-of-the-tests-0123456789";
+inline const std::string kRelayToken = "relay-token-of-the-tests-0123456789-abc";
 
 // The headers that sign `node`'s request in run "run-test" at `timestamp` (raw HTTP, as an
 // attacker sends).
@@ -64,6 +65,7 @@ class ApiFixture : public ::testing::Test {
     o.validation = false;
     o.trainer_token = kTrainerToken;
     o.validator_token = kValidatorToken;
+    o.relay_token = kRelayToken;
     return o;
   }
 

@@ -164,7 +164,7 @@ TEST_F(NodeRegistry, ARegisteredNodeJoinsTheAllowlistWithTheIpTheOrchestratorSaw
   EXPECT_EQ(list.ips, Strings{"127.0.0.2"});
 
   // The raw answer, as a relay polling it reads it.
-  auto raw = http_from("127.0.0.1").Get("/allowlist");
+  auto raw = http_from("127.0.0.1").Get("/allowlist", {{"Authorization", "Bearer " + kRelayToken}});
   ASSERT_TRUE(raw);
   EXPECT_EQ(raw->status, 200);
   EXPECT_EQ(Json::parse(raw->body), (Json{{"revision", 3}, {"ips", {"127.0.0.2"}}}));
@@ -208,8 +208,9 @@ TEST_F(NodeRegistry, ForgedStaleReplayedAndMalformedRegistrationsAreRefused) {
   EXPECT_TRUE(client.nodes().empty());
   EXPECT_EQ(client.allowlist().revision, 0);
 
-  // A captured registration cannot be replayed, from anywhere, nor an older one sent later.
-  const Signed good = registration(worker_, now);
+  // A captured registration cannot be replayed, from anywhere, nor an older one sent later (both
+  // signed after the server started: one signed before is refused for that).
+  const Signed good = registration(worker_, now + 2);
   auto res = post("/nodes", good);
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;
@@ -219,7 +220,7 @@ TEST_F(NodeRegistry, ForgedStaleReplayedAndMalformedRegistrationsAreRefused) {
     EXPECT_EQ(res->status, 401);
     EXPECT_CONTAINS(error_text(res), "a replayed request");
   }
-  res = post("/nodes", registration(worker_, now - 1), "127.0.0.2");
+  res = post("/nodes", registration(worker_, now + 1), "127.0.0.2");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 401);
   EXPECT_CONTAINS(error_text(res), "replayed or reordered");
@@ -258,6 +259,11 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   EXPECT_EQ(res->status, 401);
   EXPECT_EQ(trainer.allowlist().revision, 2);
   EXPECT_FALSE(trainer.nodes()[0].evicted || trainer.nodes()[1].evicted);
+  // The pool's IPs are for relays (and the operator) only.
+  EXPECT_CONTAINS(test::error_of([&] { anonymous.allowlist(); }),
+                  "GET /allowlist needs the relay's bearer token");
+  EXPECT_CONTAINS(test::error_of([&] { wrong.allowlist(); }), "bearer token");
+  EXPECT_EQ(Client(server_->url(), kRelayToken, 10).allowlist().revision, 2);
 
   trainer.evict(worker_.address(), "forged rollouts");
   Allowlist list = trainer.allowlist();

@@ -301,8 +301,10 @@ TEST(ShardcastRelay, OnlyNodesTheOrchestratorListsMayDownloadAndEvictedOnesAreCu
   orch.start();
   Origin origin(tmp.path() / "origin");
   origin.publish(1, 5000, 1024);
+  // The relay reads the relay token the orchestrator created in its data directory.
   RelayProcess relay(tmp.path(), "r", copy_of(origin.dir, tmp.path() / "r"), {},
-                     {"relay.allowlist_url=" + orch.url(), "relay.allowlist_poll_s=0.1"});
+                     {"relay.allowlist_url=" + orch.url(), "relay.allowlist_poll_s=0.1",
+                      "orchestrator.data_dir=" + api.data_dir.string()});
   const std::string manifest = relay.url + "/manifest.json";
   EXPECT_EQ(status_of(manifest), 403) << "nobody is registered yet";
 
@@ -325,11 +327,15 @@ TEST(ShardcastRelay, AllowlistEntriesThatAreNotAddressesNeverReachNginx) {
   TempDir tmp;
   httplib::Server fake;  // an orchestrator that went bad
   std::mutex mu;
-  std::string answer = R"({"revision": 1, "ips": ["127.0.0.1"]})";
-  fake.Get("/allowlist", [&](const httplib::Request&, httplib::Response& res) {
+  std::string answer = R"({"revision": 1, "ips": ["127.0.0.1"]})", authorization;
+  fake.Get("/allowlist", [&](const httplib::Request& req, httplib::Response& res) {
     std::lock_guard lock(mu);
+    authorization = req.get_header_value("Authorization");
     res.set_content(answer, "application/json");
   });
+  // The relay's token, as a relay on another machine than the orchestrator gets it.
+  const std::string token = "the-relay-token-of-this-test-0123456789";
+  ::setenv("TRELLIS_RELAY_TOKEN", token.c_str(), 1);
   const int port = fake.bind_to_any_port("127.0.0.1");
   std::thread serving([&] { fake.listen_after_bind(); });
   const fs::path conf = tmp.path() / "allowlist.conf";
@@ -338,8 +344,13 @@ TEST(ShardcastRelay, AllowlistEntriesThatAreNotAddressesNeverReachNginx) {
   RelayProcess relay(tmp.path(), "r", copy_of(origin.dir, tmp.path() / "r"), {},
                      {"relay.allowlist_url=http://127.0.0.1:" + std::to_string(port),
                       "relay.allowlist_poll_s=0.05", "relay.nginx_allowlist=" + conf.string()});
+  ::unsetenv("TRELLIS_RELAY_TOKEN");
   const std::string manifest = relay.url + "/manifest.json";
   ASSERT_TRUE(eventually([&] { return status_of(manifest) == 200; }, 10));
+  {
+    std::lock_guard lock(mu);
+    EXPECT_EQ(authorization, "Bearer " + token);
+  }
   const std::string good = read_file(conf);
   for (const std::string bad : {R"(["all"])", R"(["127.0.0.2; allow all"])", R"(["0.0.0.0/0"])",
                                 R"(["127.0.0.1", "example.com"])"}) {

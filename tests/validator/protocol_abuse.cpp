@@ -124,7 +124,8 @@ std::vector<AbuseOutcome> play_protocol_abuses(const std::string& orchestrator_u
                          post_head("/validation/verdict", "", verdict.size()), 0, false, verdict));
   out.push_back(exchange("evict the honest worker without a token", 401, orch,
                          post_head("/nodes/" + registered_node + "/evict", "", 2), 0, false, "{}"));
-  for (const std::string target : {"/nodes", "/steps/0/accepted", "/rollouts/step_0/x-0.parquet"}) {
+  for (const std::string target :
+       {"/nodes", "/allowlist", "/steps/0/accepted", "/rollouts/step_0/x-0.parquet"}) {
     out.push_back(exchange("GET " + target + " without a token", 401, orch,
                            "GET " + target + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
   }
