@@ -159,7 +159,7 @@ requests_per_s = 0      # per client IP; excess requests get 429; 0 = unlimited
 burst = 0               # requests a client may make at once; 0 = max(1, requests_per_s)
 bandwidth_mib_s = 0     # per client IP; 0 = unlimited
 allow = []              # IPs / IPv4 networks always allowed; with allow = [] and no allowlist_url, anyone
-allowlist_url = ""      # orchestrator URL: only the active nodes it lists (GET /allowlist) may download
+allowlist_url = ""      # orchestrator URL: only the active nodes it lists (GET /allowlist, with its relay token: secrets/relay.token or TRELLIS_RELAY_TOKEN) may download
 allowlist_poll_s = 1.0  # seconds between polls of that list (an evicted node is cut off by the next)
 nginx_allowlist = ""    # production: also write the list here as an nginx include (see nginx-config)
 nginx_reload = ""       # ... and run this command after each change, e.g. "nginx -s reload -p DIR"
