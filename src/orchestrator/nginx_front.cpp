@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/nginx_prelude.h"
 
 namespace trellis::orchestrator {
 namespace fs = std::filesystem;
@@ -35,23 +36,12 @@ fs::path write_nginx_front_config(const NginxFront& front, const fs::path& out_d
   check_host_port(front.listen, "--listen");
   check_host_port(front.upstream, "orchestrator.host and orchestrator.port");
   const fs::path dir = fs::absolute(out_dir);
-  fs::create_directories(dir / "tmp");
   const std::string conf = fmt::format(
       R"(# Written by `trellis orchestrator nginx-config`: nginx in front of the orchestrator at
 # {upstream} (docs/orchestrator.md#nginx-in-front). Run: nginx -p {dir} -c {dir}/nginx.conf
 # The orchestrator needs orchestrator.trusted_proxies = ["<the address nginx connects from>"].
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log {dir}/access.log;
-  client_body_temp_path {dir}/tmp/body;
-  proxy_temp_path {dir}/tmp/proxy;
-  fastcgi_temp_path {dir}/tmp/fastcgi;
-  uwsgi_temp_path {dir}/tmp/uwsgi;
-  scgi_temp_path {dir}/tmp/scgi;
-  # A slow client is held without a thread, and only this long.
+{main}http {{
+{paths}  # A slow client is held without a thread, and only this long.
   client_header_timeout {header_timeout}s;
   client_body_timeout {body_timeout}s;
   send_timeout 60s;
@@ -79,7 +69,8 @@ http {{
   }}
 }}
 )",
-      fmt::arg("dir", dir.string()), fmt::arg("listen", front.listen),
+      fmt::arg("dir", dir.string()), fmt::arg("main", nginx_main_lines(dir, "1")),
+      fmt::arg("paths", nginx_http_path_lines(dir)), fmt::arg("listen", front.listen),
       fmt::arg("upstream", front.upstream), fmt::arg("header_timeout", front.header_timeout_s),
       fmt::arg("body_timeout", front.body_timeout_s),
       fmt::arg("connections", front.connections_per_ip),

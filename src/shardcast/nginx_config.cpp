@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "common/files.h"
+#include "common/nginx_prelude.h"
 
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
@@ -21,7 +22,6 @@ std::string nginx_allowlist(const std::vector<std::string>& static_allow,
 fs::path write_nginx_config(const RelaySettings& settings, const fs::path& out_dir) {
   const fs::path dir = fs::absolute(out_dir);
   const fs::path data = fs::absolute(settings.server.data_dir);
-  fs::create_directories(dir / "tmp");
   const auto& limits = settings.server.limits;
   std::string zone, limit_req;
   if (limits.requests_per_s > 0) {
@@ -45,18 +45,8 @@ fs::path write_nginx_config(const RelaySettings& settings, const fs::path& out_d
       R"(# Written by `trellis relay nginx-config` for relay '{name}': serves its data directory
 # with the rules of the built-in server. Run: nginx -p {dir} -c {dir}/nginx.conf
 # (the relay daemon keeps allowlist.conf current when relay.nginx_allowlist points at it).
-worker_processes auto;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-  access_log {dir}/access.log;
-  client_body_temp_path {dir}/tmp/body;
-  proxy_temp_path {dir}/tmp/proxy;
-  fastcgi_temp_path {dir}/tmp/fastcgi;
-  uwsgi_temp_path {dir}/tmp/uwsgi;
-  scgi_temp_path {dir}/tmp/scgi;
-  sendfile on;
+{main}http {{
+{paths}  sendfile on;
   tcp_nopush on;
   keepalive_requests 10000;
   types {{ application/json json; }}
@@ -84,9 +74,10 @@ http {{
 }}
 )",
       fmt::arg("name", settings.name), fmt::arg("dir", dir.string()),
-      fmt::arg("data", data.string()), fmt::arg("host", settings.server.host),
-      fmt::arg("port", settings.server.port), fmt::arg("zone", zone),
-      fmt::arg("limit_req", limit_req), fmt::arg("limit_rate", limit_rate));
+      fmt::arg("main", nginx_main_lines(dir, "auto")),
+      fmt::arg("paths", nginx_http_path_lines(dir)), fmt::arg("data", data.string()),
+      fmt::arg("host", settings.server.host), fmt::arg("port", settings.server.port),
+      fmt::arg("zone", zone), fmt::arg("limit_req", limit_req), fmt::arg("limit_rate", limit_rate));
   write_file_atomic(dir / "nginx.conf", conf);
   const fs::path allowlist = dir / "allowlist.conf";
   if (!fs::exists(allowlist)) {

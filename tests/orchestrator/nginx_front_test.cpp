@@ -19,6 +19,7 @@
 #include "api_fixture.h"
 #include "cli/run_cli.h"
 #include "common/request_signing.h"
+#include "nginx_process.h"
 #include "orchestrator/nginx_front.h"
 
 namespace trellis::orchestrator {
@@ -26,19 +27,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-constexpr const char* kNginx = "/usr/sbin/nginx";
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using test::free_port;
+using test::kNginx;
+using test::NginxProcess;
+using test::run_command;
 
 // A TCP connection to 127.0.0.1:port from `source_ip`; -1 on failure.
 int connect_to(int port, const std::string& source_ip = "127.0.0.1") {
@@ -77,17 +69,6 @@ std::string exchange(int port, const std::string& request, double timeout_s = 5,
   }
   ::close(fd);
   return reply;
-}
-
-// Runs a shell command; its exit status and output.
-test::CliResult run_command(const std::string& command) {
-  test::CliResult r;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
 }
 
 int status_of(const std::string& reply) {
@@ -163,22 +144,13 @@ TEST_F(NginxFrontTest, SlowClientsStallTheOrchestratorOnlyWithoutNginx) {
       conf_dir.string(), front, port));
   ASSERT_EQ(written.status, 0) << written.output;
   const fs::path conf = conf_dir / "nginx.conf";
-  const test::CliResult checked =
-      run_command(fmt::format("{} -t -p {} -c {}", kNginx, conf_dir.string(), conf.string()));
-  ASSERT_EQ(checked.status, 0) << "nginx rejects the generated configuration:\n" << checked.output;
-  const pid_t nginx = ::fork();
-  if (nginx == 0) {
-    ::execl(kNginx, kNginx, "-p", conf_dir.c_str(), "-c", conf.c_str(), "-g", "daemon off;",
-            nullptr);
-    ::_exit(127);
-  }
-  struct Stop {
-    pid_t pid;
-    ~Stop() {
-      ::kill(pid, SIGQUIT);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } stop{nginx};
+  std::string checked;
+  ASSERT_EQ(run_command(fmt::format("{} -t -p {} -c {}", kNginx, conf_dir.string(), conf.string()),
+                        &checked),
+            0)
+      << "nginx rejects the generated configuration:\n"
+      << checked;
+  const NginxProcess nginx(conf_dir, conf);
   const std::string status = "GET /status HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   for (int i = 0; i < 200 && status_of(exchange(front, status, 1)) != 200; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(25));

@@ -1,12 +1,6 @@
 // Production relays: real nginx (the Debian package) serving a relay's data directory with the
 // configuration `trellis relay nginx-config` writes. `trellis shardcast fetch` through it must
 // verify; the allowlist include refuses an unlisted address (403); the request rate gives 429.
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <thread>
 
@@ -14,6 +8,7 @@
 
 #include "cli/trellis_process.h"
 #include "common/files.h"
+#include "nginx_process.h"
 #include "shardcast/http_fetch.h"
 #include "shardcast/nginx_config.h"
 #include "shardcast/origin.h"
@@ -24,30 +19,10 @@ namespace {
 namespace fs = std::filesystem;
 using test::status_of;
 
-constexpr const char* kNginx = "/usr/sbin/nginx";
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
-// Runs a command to completion; returns its exit status and output.
-int run(const std::string& command, std::string* output = nullptr) {
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
-  if (output) *output = out;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using test::free_port;
+using test::kNginx;
+using test::NginxProcess;
+using test::run_command;
 
 TEST(ShardcastNginx, ServesARelayDirectoryWithTheGeneratedConfigAndItsRules) {
   if (!fs::exists(kNginx)) GTEST_SKIP() << "nginx is not installed (scripts/setup.sh installs it)";
@@ -63,7 +38,8 @@ TEST(ShardcastNginx, ServesARelayDirectoryWithTheGeneratedConfigAndItsRules) {
   const int port = free_port();
   const fs::path conf_dir = tmp.path() / "nginx";
   std::string out;
-  ASSERT_EQ(run(fmt::format("{} relay nginx-config --out {} --set relay.port={} --set "
+  ASSERT_EQ(run_command(
+                fmt::format("{} relay nginx-config --out {} --set relay.port={} --set "
                             "relay.data_dir={} --set relay.requests_per_s=50 --set relay.burst=60 "
                             "--set 'relay.allow=[\"127.0.0.1\"]'",
                             TRELLIS_BIN, conf_dir.string(), port, (tmp.path() / "relay").string()),
@@ -71,31 +47,21 @@ TEST(ShardcastNginx, ServesARelayDirectoryWithTheGeneratedConfigAndItsRules) {
             0)
       << out;
   const fs::path conf = conf_dir / "nginx.conf";
-  ASSERT_EQ(run(fmt::format("{} -t -p {} -c {}", kNginx, conf_dir.string(), conf.string()), &out),
-            0)
+  ASSERT_EQ(
+      run_command(fmt::format("{} -t -p {} -c {}", kNginx, conf_dir.string(), conf.string()), &out),
+      0)
       << "nginx rejects the generated configuration:\n"
       << out;
 
-  const pid_t nginx = ::fork();
-  if (nginx == 0) {
-    ::execl(kNginx, kNginx, "-p", conf_dir.c_str(), "-c", conf.c_str(), "-g", "daemon off;",
-            nullptr);
-    ::_exit(127);
-  }
-  struct Stop {
-    pid_t pid;
-    ~Stop() {
-      ::kill(pid, SIGQUIT);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } stop{nginx};
+  const NginxProcess nginx(conf_dir, conf);
   const std::string url = fmt::format("http://127.0.0.1:{}", port);
   for (int i = 0; i < 200 && status_of(url + "/healthz") != 200; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   ASSERT_EQ(status_of(url + "/healthz"), 200) << read_file(conf_dir / "error.log");
 
   // A client fetch through nginx verifies every shard and the whole file.
-  ASSERT_EQ(run(fmt::format("{} shardcast fetch --relays {} --version latest --out {} "
+  ASSERT_EQ(run_command(
+                fmt::format("{} shardcast fetch --relays {} --version latest --out {} "
                             "--trainer-key {}",
                             TRELLIS_BIN, url, (tmp.path() / "out.bin").string(), trainer.address()),
                 &out),
@@ -120,7 +86,8 @@ TEST(ShardcastNginx, ServesARelayDirectoryWithTheGeneratedConfigAndItsRules) {
   write_file_atomic(conf_dir / "allowlist.conf",
                     nginx_allowlist({"127.0.0.1"}, std::vector<std::string>{"127.0.0.2"}));
   ASSERT_EQ(
-      run(fmt::format("{} -p {} -c {} -s reload", kNginx, conf_dir.string(), conf.string()), &out),
+      run_command(fmt::format("{} -p {} -c {} -s reload", kNginx, conf_dir.string(), conf.string()),
+                  &out),
       0)
       << out;
   bool admitted = false;
