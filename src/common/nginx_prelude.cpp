@@ -14,9 +14,12 @@ std::string nginx_main_lines(const std::filesystem::path& dir, const std::string
 std::string nginx_http_path_lines(const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir / "tmp");
   std::string out = fmt::format("  access_log {}/access.log;\n", dir.string());
-  for (const char* temp : {"client_body", "proxy", "fastcgi", "uwsgi", "scgi"})
-    out += fmt::format("  {}_temp_path {}/tmp/{};\n", temp, dir.string(),
-                       std::string(temp) == "client_body" ? "body" : temp);
+  for (const auto& [directive, folder] : {std::pair{"client_body", "body"},
+                                          {"proxy", "proxy"},
+                                          {"fastcgi", "fastcgi"},
+                                          {"uwsgi", "uwsgi"},
+                                          {"scgi", "scgi"}})
+    out += fmt::format("  {}_temp_path {}/tmp/{};\n", directive, dir.string(), folder);
   return out;
 }
 

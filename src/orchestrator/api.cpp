@@ -389,14 +389,11 @@ struct Server::Impl {
         count_refusal("unauthorized");
         log::info("orchestrator: refused {} {} from {}: no valid {} token", req.method, req.path,
                   req.remote_addr, role_name(*role));
-        std::string env = role_name(*role);
-        for (char& c : env) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        refuse_and_close(
-            res, 401, "unauthorized",
-            fmt::format("{} {} needs the {}'s bearer token (the file {}.token the "
-                        "orchestrator created under orchestrator.secrets_dir, or "
-                        "TRELLIS_{}_TOKEN)",
-                        req.method, req.path, role_name(*role), role_name(*role), env));
+        refuse_and_close(res, 401, "unauthorized",
+                         fmt::format("{} {} needs the {}'s bearer token (the file {}.token the "
+                                     "orchestrator created under orchestrator.secrets_dir, or {})",
+                                     req.method, req.path, role_name(*role), role_name(*role),
+                                     token_env_name(*role)));
         return httplib::Server::HandlerResponse::Handled;
       }
       return httplib::Server::HandlerResponse::Unhandled;

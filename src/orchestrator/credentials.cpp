@@ -7,9 +7,7 @@
 #include "common/identity.h"
 
 namespace trellis::orchestrator {
-namespace {
-
-const char* env_name(Role role) {
+const char* token_env_name(Role role) {
   switch (role) {
     case Role::kTrainer:
       return "TRELLIS_TRAINER_TOKEN";
@@ -20,6 +18,8 @@ const char* env_name(Role role) {
   }
   return "";
 }
+
+namespace {
 
 std::filesystem::path token_file(const std::filesystem::path& dir, Role role) {
   return dir / (std::string(role_name(role)) + ".token");
@@ -37,8 +37,8 @@ std::string checked(std::string token, const std::string& where) {
 
 // The environment's token for `role`, or "" when the variable is unset.
 std::string env_token(Role role) {
-  const char* v = std::getenv(env_name(role));
-  return v && *v ? checked(v, env_name(role)) : "";
+  const char* v = std::getenv(token_env_name(role));
+  return v && *v ? checked(v, token_env_name(role)) : "";
 }
 
 }  // namespace
@@ -76,7 +76,7 @@ std::string client_token(const Config& config, const std::filesystem::path& run_
     fail(file.string(),
          "no {} token: the orchestrator creates this file on its first start; on another machine "
          "copy it here (mode 0600), point orchestrator.secrets_dir at its folder, or set {}",
-         role_name(role), env_name(role));
+         role_name(role), token_env_name(role));
   };
   return checked(load_or_create_secret(file, missing), file.string());
 }

@@ -19,6 +19,8 @@ enum class Role { kTrainer, kValidator, kRelay };
 
 // "trainer", "validator" or "relay".
 const char* role_name(Role role);
+// The environment variable that holds `role`'s token: TRELLIS_TRAINER_TOKEN, ... .
+const char* token_env_name(Role role);
 
 // At least this many characters (a token from the environment may be chosen by a person).
 inline constexpr size_t kMinTokenChars = 32;
