@@ -181,13 +181,13 @@ TEST_F(ValidateFile, DishonestEditsMadeByDuckDbAreRejectedWithTheirReasons) {
   };
   const std::vector<Case> cases = {
       {"edited_tokens",
-       std::to_string(prompting.tok.vocab_size()),
+       std::to_string(first_stop),  // tokens shift among ordinary ones, below every stop token
        node_.get(),
        "",
        {"toploc:", "sampling:"}},
       {"truncated", "", node_.get(), "", {"termination:"}},
       {"early_eos",
-       std::to_string(validator::stop_ids(prompting).front()),
+       std::to_string(first_stop),
        node_.get(),
        "",
        {"termination:", "sampling:", "toploc:"}},
