@@ -135,36 +135,31 @@ void Config::merge_file(const std::filesystem::path& path) {
 }
 
 void Config::merge_toml(std::string_view text, const std::string& where) {
-  merge_table(parse_toml(text, where), "", where);
+  merge_table(parse_toml(text, where), table_, "", where);
 }
 
-void Config::merge_table(const toml::table& src, const std::string& prefix,
+void Config::merge_table(const toml::table& src, toml::table& dst, const std::string& prefix,
                          const std::string& where) {
   for (const auto& [k, v] : src) {
-    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-    const toml::node* existing = table_.at_path(key).node();
+    const std::string key =
+        prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    toml::node* existing = dst.get(k.str());
     if (existing == nullptr) unknown_key(key, where);
-    if (existing->is_table()) {
+    if (toml::table* sub = existing->as_table()) {
       if (!v.is_table()) throw Error("config key '" + key + "' must be a table", where);
-      merge_table(*v.as_table(), key, where);
+      merge_table(*v.as_table(), *sub, key, where);
       continue;
     }
-    bool ok = existing->type() == v.type() ||
-              (existing->is_floating_point() && v.is_integer());  // 1 where 1.0 is expected
-    if (!ok) {
+    const bool widen = existing->is_floating_point() && v.is_integer();  // 1 where 1.0 is expected
+    if (existing->type() != v.type() && !widen) {
       throw Error(fmt::format("config key '{}' must be {}, got {}", key,
                               type_name(existing->type()), type_name(v.type())),
                   where);
     }
-    // Replace the value in its parent table.
-    auto dot = key.rfind('.');
-    toml::table* parent =
-        dot == std::string::npos ? &table_ : table_.at_path(key.substr(0, dot)).as_table();
-    std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
-    if (existing->is_floating_point() && v.is_integer()) {
-      parent->insert_or_assign(leaf, static_cast<double>(v.as_integer()->get()));
+    if (widen) {
+      dst.insert_or_assign(k.str(), static_cast<double>(v.as_integer()->get()));
     } else {
-      parent->insert_or_assign(leaf, v);
+      dst.insert_or_assign(k.str(), v);
     }
   }
 }
@@ -225,6 +220,16 @@ void Config::throw_wrong_element(std::string_view key, size_t index) const {
 std::string Config::to_toml() const {
   std::ostringstream os;
   os << toml::toml_formatter{table_} << "\n";
+  return os.str();
+}
+
+std::string Config::to_toml(std::string_view section) const {
+  const toml::table* t = table_.get_as<toml::table>(section);
+  if (t == nullptr) throw Error("no config section '" + std::string(section) + "'");
+  toml::table only;
+  only.insert(section, *t);
+  std::ostringstream os;
+  os << toml::toml_formatter{only} << "\n";
   return os.str();
 }
 

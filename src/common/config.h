@@ -66,6 +66,9 @@ class Config {
   // The resolved configuration as TOML text (what `trellis config show` prints and what a run
   // saves as config.toml).
   std::string to_toml() const;
+  // One top-level section (e.g. "rl", with its sub-tables) as TOML text; Error naming the
+  // section unless the configuration has it.
+  std::string to_toml(std::string_view section) const;
 
  private:
   const toml::node& node(std::string_view key) const;
@@ -73,7 +76,9 @@ class Config {
   [[noreturn]] void throw_below(std::string_view key, const std::string& lo,
                                 const std::string& value) const;
   [[noreturn]] void throw_wrong_element(std::string_view key, size_t index) const;
-  void merge_table(const toml::table& src, const std::string& prefix, const std::string& where);
+  // Merges `src` into `dst` (the table at dotted key `prefix`), walking both side by side.
+  static void merge_table(const toml::table& src, toml::table& dst, const std::string& prefix,
+                          const std::string& where);
 
   toml::table table_;
 };

@@ -24,6 +24,29 @@ TEST(Config, DefaultsParseAndEveryLayerApplies) {
   EXPECT_EQ(again.to_toml(), c.to_toml());
 }
 
+TEST(Config, OneSectionPrintsAloneAndReadsBack) {
+  Config c = Config::defaults();
+  c.apply_override("env.length.alpha=0.25");
+  c.apply_override("rl.steps=9");
+  const std::string env = c.to_toml("env");
+  EXPECT_NE(env.find("[env.length]"), std::string::npos);  // sub-tables come with it
+  EXPECT_EQ(env.find("[rl]"), std::string::npos);
+  Config again = Config::defaults();
+  again.merge_toml(env, "env section");
+  EXPECT_DOUBLE_EQ(again.get<double>("env.length.alpha"), 0.25);
+  EXPECT_EQ(again.get<int64_t>("rl.steps"), Config::defaults().get<int64_t>("rl.steps"));
+  EXPECT_EQ(again.to_toml("env"), env);
+  EXPECT_THROW(c.to_toml("nope"), Error);
+  EXPECT_THROW(c.to_toml("rl.steps"), Error);  // a key, not a section
+}
+
+TEST(Config, AQuotedDottedKeyIsNotANestedKey) {
+  Config c = Config::defaults();
+  EXPECT_THROW(c.merge_toml("\"rl.steps\" = 3\n", "q.toml"), Error);
+  c.merge_toml("rl.steps = 3\n", "dotted.toml");  // TOML's dotted key: the table rl
+  EXPECT_EQ(c.get<int64_t>("rl.steps"), 3);
+}
+
 TEST(Config, ErrorsNameTheKeyAndSource) {
   Config c = Config::defaults();
   auto msg = [&](auto f) {
