@@ -15,7 +15,7 @@ PACKAGES=(
   libginac-dev                                # math answers: symbolic equivalence
   libsodium-dev                               # SHA-256, HMAC, Ed25519 identities and signatures
   libthrift-dev libboost-dev libzstd-dev      # Parquet rollout files: footer metadata, pages
-  libsqlite3-dev                              # the orchestrator's state
+  libsqlite3-dev sqlite3                      # the orchestrator's state and ledger; ledger tests edit it
   clang libclang-rt-14-dev                    # libFuzzer for the rollout-file reader's fuzz target
   bubblewrap python3 libseccomp-dev           # the code sandbox (bwrap + seccomp) and interpreter
   libgtest-dev

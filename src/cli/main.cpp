@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   trellis::cli::add_run_commands(app);
   trellis::cli::add_shardcast_commands(app);
   trellis::cli::add_validate_commands(app);
+  trellis::cli::add_ledger_commands(app);
   trellis::cli::add_bench_commands(app);
 
   try {

@@ -52,6 +52,23 @@ void refuse_non_ascii_outside_strings(std::string_view text, const std::string& 
         break;
       case kMultiBasic:
         if (c == '\\') {
+          // toml++ classifies the character after a backslash here, and the first one after a
+          // line-ending backslash and its whitespace, with a function that is undefined
+          // behaviour for most characters beyond ASCII (is_non_ascii_horizontal_whitespace;
+          // found by fuzz/config_fuzz.cpp): refuse those.
+          size_t next = i + 1;
+          int64_t at_line = line;
+          for (; next < text.size() &&
+                 std::string_view(" \t\r\n").find(text[next]) != std::string_view::npos;
+               ++next) {
+            at_line += text[next] == '\n';
+          }
+          if (next < text.size() && static_cast<unsigned char>(text[next]) >= 0x80) {
+            throw Error(
+                "a character beyond ASCII right after a backslash (or a line-ending backslash "
+                "and its whitespace) in a multi-line string: write it as \\uXXXX there",
+                fmt::format("{}:{}", where, at_line));
+          }
           ++i;
         } else if (triple_quote) {
           state = kCode;

@@ -88,6 +88,7 @@ url_ttl_s = 600         # lifetime of a signed upload URL, seconds
 max_upload_mib = 256    # larger uploads are refused
 max_concurrent_uploads = 4  # uploads received and checked at once; more are answered 503 busy before their body is read (workers retry)
 secrets_dir = ""        # trainer.token and validator.token (mode 0600, created on first start; or TRELLIS_TRAINER_TOKEN / TRELLIS_VALIDATOR_TOKEN); "" = <data_dir>/secrets
+key_file = ""           # the orchestrator's Ed25519 key (mode 0600, created on first start): it keeps the ledger (`trellis ledger verify`); "" = <data_dir>/keys/orchestrator.key
 signature_window_s = 60  # a node's signed request is refused when its timestamp is further than this from the orchestrator's clock
 validation = true       # uploads that pass the orchestrator's checks wait for a validator's verdict (`trellis validate`); false = accepted at once (no validators)
 validation_lease_s = 120  # a claimed submission goes back to the queue when no verdict comes within this

@@ -22,6 +22,7 @@
 #include "common/json.h"
 #include "common/logging.h"
 #include "common/request_signing.h"
+#include "ledger/entry.h"
 #include "orchestrator/admission.h"
 #include "orchestrator/credentials.h"
 #include "orchestrator/signed_url.h"
@@ -228,6 +229,7 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.url_ttl_s = config.get_at_least<int64_t>("orchestrator.url_ttl_s", 1);
   o.max_upload_bytes = config.get_at_least<int64_t>("orchestrator.max_upload_mib", 1) << 20;
   o.secrets_dir = secrets_dir(config, run_dir);
+  o.key_file = config.get<std::string>("orchestrator.key_file");
   o.signature_window_s = config.get_at_least<int64_t>("orchestrator.signature_window_s", 1);
   o.validation = config.get<bool>("orchestrator.validation");
   o.validation_lease_s = config.get_at_least<int64_t>("orchestrator.validation_lease_s", 1);
@@ -274,7 +276,10 @@ struct Server::Impl {
 
   explicit Impl(ApiOptions o)
       : opt(with_tokens(std::move(o))),
-        state(opt.data_dir / "orchestrator.sqlite", opt.run_id),
+        state(opt.data_dir / "orchestrator.sqlite", opt.run_id,
+              Identity::load_or_create(
+                  opt.key_file.empty() ? opt.data_dir / "keys" / "orchestrator.key" : opt.key_file),
+              {{"validation", opt.validation}, {"evict_on_reject", opt.evict_on_reject}}),
         signer(state.url_secret()),
         store(opt.data_dir),
         validating(opt.data_dir / "validating"),
@@ -1203,6 +1208,16 @@ struct Server::Impl {
                          where));
     }
     const std::string validator = validator_field(body, where);
+    // The validator's own signed statement of this verdict, for the ledger (optional: without
+    // it the orchestrator states the verdict, which the validator token vouched for).
+    std::optional<ledger::Statement> statement;
+    if (body.contains("ledger_signature")) {
+      statement = ledger::Statement{};
+      statement->kind = "verdict";
+      statement->author = address_field(body, "validator_address", where);
+      statement->time_ms = integer_field(body, "ledger_time_ms", 0, INT64_MAX, where);
+      statement->signature = string_field(body, "ledger_signature", where);
+    }
     int64_t checked = -1;
     if (body.contains("checked_samples")) {
       checked = integer_field(body, "checked_samples", 0, INT32_MAX, where);
@@ -1221,8 +1236,23 @@ struct Server::Impl {
     }
     const std::string samples_checked =
         checked < 0 ? "" : fmt::format(" ({} of {} samples checked)", checked, row->counts.samples);
-    const std::string status = accept ? accept_verdict(*row, validator, samples_checked)
-                                      : reject_verdict(*row, validator, why, samples_checked);
+    if (statement) {
+      statement->body =
+          ledger::verdict_body(key.node_address, key.step, key.submission, row->sha256, accept, why)
+              .dump();
+      if (!verify_signature(statement->author,
+                            ledger::statement_message(state.ledger().id(), *statement),
+                            statement->signature)) {
+        refuse(
+            400, "bad_signature",
+            fmt::format("field 'ledger_signature' is not {}'s signature of this verdict on "
+                        "{} (file {}) in run {} ({})",
+                        statement->author, describe(key), row->sha256, state.ledger().id(), where));
+      }
+    }
+    const std::string status =
+        accept ? accept_verdict(*row, validator, samples_checked, statement)
+               : reject_verdict(*row, validator, why, samples_checked, statement);
     reply_json(res, {{"status", status}});
   }
 
@@ -1242,7 +1272,8 @@ struct Server::Impl {
 
   // The accepting half of verdict() (callers hold decide_mu; `row` is validating).
   std::string accept_verdict(const Submission& row, const std::string& validator,
-                             const std::string& samples_checked) {
+                             const std::string& samples_checked,
+                             const std::optional<ledger::Statement>& statement = std::nullopt) {
     const SubmissionKey& key = row.key;
     if (const auto n = state.node(key.node_address); n && n->evicted) {
       // Evictions reject validating submissions as they happen; this is the belt to that brace.
@@ -1260,7 +1291,7 @@ struct Server::Impl {
     }
     bool accepted = false;
     try {
-      accepted = state.accept_validated(key, validator, now_s());
+      accepted = state.accept_validated(key, validator, now_s(), statement);
     } catch (...) {
       validating.move_from(store.path(key.step, name), key.step, name);
       throw;
@@ -1303,14 +1334,16 @@ struct Server::Impl {
 
   // The rejecting half of verdict() (callers hold decide_mu; `row` is validating).
   std::string reject_verdict(const Submission& row, const std::string& validator,
-                             const std::string& why, const std::string& samples_checked) {
+                             const std::string& why, const std::string& samples_checked,
+                             const std::optional<ledger::Statement>& statement = std::nullopt) {
     const SubmissionKey& key = row.key;
     const std::string reason = fmt::format("validator {}: {}", validator, why);
     const std::string evict_reason =
         opt.evict_on_reject ? fmt::format("validator rejected step {} submission {}: {}", key.step,
                                           key.submission, why)
                             : "";
-    const Rejection r = state.reject_validated(key, reason, validator, evict_reason, now_s());
+    const Rejection r =
+        state.reject_validated(key, reason, validator, evict_reason, now_s(), statement);
     if (!r.rejected) refuse(409, "not_validating", describe(key) + " was decided meanwhile");
     const std::string name = file_name(key);
     try {  // committed: a failure to keep the file is logged (the next start retries it)
@@ -1353,8 +1386,8 @@ int Server::start() {
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
   m.url = m.opt.url.empty() ? fmt::format("http://{}:{}", m.opt.host, m.port) : m.opt.url;
   write_file_atomic(url_file, m.url + "\n");
-  log::info("orchestrator: run {} listening on {} (data in {})", m.state.run_id(), m.url,
-            m.opt.data_dir.string());
+  log::info("orchestrator: run {} listening on {} (data in {}; ledger kept by {})",
+            m.state.run_id(), m.url, m.opt.data_dir.string(), m.state.ledger().keeper().address());
   return m.port;
 }
 

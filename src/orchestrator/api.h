@@ -78,7 +78,10 @@ struct ApiOptions {
   // on the first start, credentials.h).
   std::string trainer_token, validator_token, relay_token;
   std::filesystem::path secrets_dir;  // "" = <data_dir>/secrets
-  int64_t signature_window_s = 60;    // a signed request's timestamp may be this far from now
+  // The orchestrator's Ed25519 key, with which it keeps the ledger (created on the first start);
+  // "" = <data_dir>/keys/orchestrator.key.
+  std::filesystem::path key_file;
+  int64_t signature_window_s = 60;  // a signed request's timestamp may be this far from now
   // Uploads that pass the orchestrator's checks wait for a validator's verdict; false = they are
   // accepted at once.
   bool validation = true;

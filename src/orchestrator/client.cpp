@@ -379,7 +379,8 @@ std::string Client::download_for_validation(const ValidationClaim& claim) {
 }
 
 std::string Client::post_verdict(const SubmissionKey& key, bool accept, const std::string& why,
-                                 const std::string& validator_name, int64_t checked_samples) {
+                                 const std::string& validator_name, int64_t checked_samples,
+                                 const std::optional<ledger::Statement>& signed_verdict) {
   const std::string path = "/validation/verdict";
   Json body{{"step", key.step},
             {"node_address", key.node_address},
@@ -388,6 +389,11 @@ std::string Client::post_verdict(const SubmissionKey& key, bool accept, const st
             {"reason", why},
             {"validator", validator_name}};
   if (checked_samples >= 0) body["checked_samples"] = checked_samples;
+  if (signed_verdict) {
+    body["validator_address"] = signed_verdict->author;
+    body["ledger_time_ms"] = signed_verdict->time_ms;
+    body["ledger_signature"] = signed_verdict->signature;
+  }
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = c.Post(path, body.dump(), "application/json");
   const std::string where = fmt::format("{}{} (step {} submission {} of node {})", base_url_, path,

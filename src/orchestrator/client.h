@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/identity.h"
+#include "ledger/entry.h"
 #include "orchestrator/state.h"  // Node, Allowlist, Submission, SubmissionKey
 
 namespace trellis::orchestrator {
@@ -131,9 +132,13 @@ class Client {
   std::string download_for_validation(const ValidationClaim& claim);
   // POST /validation/verdict; returns "accepted" or "rejected" (the server's decision: an
   // accepted file of a node evicted meanwhile is rejected). `reason` is required to reject;
-  // `checked_samples` < 0 leaves it out. Error when the submission is not being validated.
+  // `checked_samples` < 0 leaves it out. `signed_verdict`, when given, is the validator's own
+  // statement of this verdict for the ledger (ledger::make_statement of ledger::verdict_body with
+  // the same fields and the claim's sha256; the run ID is the ledger's). Error when the
+  // submission is not being validated or the statement does not verify.
   std::string post_verdict(const SubmissionKey& key, bool accept, const std::string& reason,
-                           const std::string& validator_name, int64_t checked_samples);
+                           const std::string& validator_name, int64_t checked_samples,
+                           const std::optional<ledger::Statement>& signed_verdict = std::nullopt);
 
   const std::string& base_url() const { return base_url_; }
 

@@ -1,12 +1,13 @@
 #include "orchestrator/state.h"
 
 #include <sodium.h>
-#include <sqlite3.h>
 
 #include <algorithm>
 
 #include "common/error.h"
 #include "common/hashing.h"
+#include "common/sqlite.h"
+#include "ledger/entry.h"
 
 namespace trellis::orchestrator {
 namespace {
@@ -100,120 +101,49 @@ constexpr const char* kColumns =
     "completion_tokens, created_at, decided_at, uploaded_at, validator, claimed_by, "
     "lease_expires, groups, work_expires";
 
-// One prepared statement; bind() fills parameters left to right.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const std::string& sql, const std::string& where) : db_(db), where_(where) {
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st_, nullptr) != SQLITE_OK) {
-      fail(where_, "database error preparing a query: {}", sqlite3_errmsg(db));
-    }
-  }
-  ~Stmt() { sqlite3_finalize(st_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
+using Stmt = sqlite::Statement;
 
-  Stmt& bind(int64_t v) {
-    check(sqlite3_bind_int64(st_, ++n_, v));
-    return *this;
-  }
-  Stmt& bind(double v) {
-    check(sqlite3_bind_double(st_, ++n_, v));
-    return *this;
-  }
-  Stmt& bind(const std::string& v) {
-    check(sqlite3_bind_text(st_, ++n_, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
-    return *this;
-  }
-  // Advances; true while there is a row.
-  bool step() {
-    const int rc = sqlite3_step(st_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    fail(where_, "database error: {}", sqlite3_errmsg(db_));
-  }
-  int64_t i64(int col) { return sqlite3_column_int64(st_, col); }
-  double f64(int col) { return sqlite3_column_double(st_, col); }
-  std::string text(int col) {
-    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, col));
-    return p ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(st_, col))) : "";
-  }
-  // Every remaining row, as submissions (a query of kColumns).
-  std::vector<Submission> submissions() {
-    std::vector<Submission> out;
-    while (step()) out.push_back(submission());
-    return out;
-  }
-  Submission submission() {
-    Submission s;
-    s.id = i64(0);
-    s.key = {i64(1), text(2), i64(3)};
-    s.sha256 = text(4);
-    s.size = i64(5);
-    s.status = text(6);
-    s.reason = text(7);
-    s.counts = {i64(8), i64(9), i64(10)};
-    s.created_at = f64(11);
-    s.decided_at = f64(12);
-    s.uploaded_at = f64(13);
-    s.validator = text(14);
-    s.claimed_by = text(15);
-    s.lease_expires = f64(16);
-    s.groups = i64(17);
-    s.work_expires = f64(18);
-    return s;
-  }
-  Node node() {  // the columns of kNodeColumns
-    Node n;
-    n.address = text(0);
-    n.ip = text(1);
-    n.registered_at = f64(2);
-    n.last_seen = f64(3);
-    n.signed_at = i64(4);
-    n.evicted = i64(5) != 0;
-    n.evicted_reason = text(6);
-    n.evicted_at = f64(7);
-    n.rejections = i64(8);
-    n.last_rejection = text(9);
-    return n;
-  }
+Submission read_submission(Stmt& q) {  // a query of kColumns
+  Submission s;
+  s.id = q.i64(0);
+  s.key = {q.i64(1), q.text(2), q.i64(3)};
+  s.sha256 = q.text(4);
+  s.size = q.i64(5);
+  s.status = q.text(6);
+  s.reason = q.text(7);
+  s.counts = {q.i64(8), q.i64(9), q.i64(10)};
+  s.created_at = q.f64(11);
+  s.decided_at = q.f64(12);
+  s.uploaded_at = q.f64(13);
+  s.validator = q.text(14);
+  s.claimed_by = q.text(15);
+  s.lease_expires = q.f64(16);
+  s.groups = q.i64(17);
+  s.work_expires = q.f64(18);
+  return s;
+}
 
- private:
-  void check(int rc) {
-    if (rc != SQLITE_OK) fail(where_, "database error binding a value: {}", sqlite3_errmsg(db_));
-  }
-  sqlite3* db_;
-  sqlite3_stmt* st_ = nullptr;
-  std::string where_;
-  int n_ = 0;
-};
+// Every remaining row of a query of kColumns.
+std::vector<Submission> read_submissions(Stmt& q) {
+  std::vector<Submission> out;
+  while (q.step()) out.push_back(read_submission(q));
+  return out;
+}
 
-// BEGIN IMMEDIATE ... COMMIT; rolled back when left without commit() (an exception).
-class Transaction {
- public:
-  Transaction(sqlite3* db, const std::string& where) : db_(db), where_(where) {
-    run("BEGIN IMMEDIATE");
-  }
-  ~Transaction() {
-    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  void commit() {
-    run("COMMIT");
-    done_ = true;
-  }
-
- private:
-  void run(const char* sql) {
-    char* err = nullptr;
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-      const std::string why = err ? err : "?";
-      sqlite3_free(err);
-      fail(where_, "database error ({}): {}", sql, why);
-    }
-  }
-  sqlite3* db_;
-  std::string where_;
-  bool done_ = false;
-};
+Node read_node(Stmt& q) {  // a query of kNodeColumns
+  Node n;
+  n.address = q.text(0);
+  n.ip = q.text(1);
+  n.registered_at = q.f64(2);
+  n.last_seen = q.f64(3);
+  n.signed_at = q.i64(4);
+  n.evicted = q.i64(5) != 0;
+  n.evicted_reason = q.text(6);
+  n.evicted_at = q.f64(7);
+  n.rejections = q.i64(8);
+  n.last_rejection = q.text(9);
+  return n;
+}
 
 std::string random_secret() {
   if (sodium_init() < 0) throw Error("libsodium failed to initialize", "orchestrator state");
@@ -224,58 +154,40 @@ std::string random_secret() {
 
 }  // namespace
 
-State::State(const std::filesystem::path& path, const std::string& run_id) : path_(path.string()) {
-  if (!path.parent_path().empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(path.parent_path(), ec);
-    if (ec) fail(path.parent_path().string(), "cannot create directory: {}", ec.message());
+State::State(const std::filesystem::path& path, const std::string& run_id, Identity keeper,
+             const Json& policy)
+    : db_(path, sqlite::Database::kReadWrite), path_(path.string()) {
+  exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+  sqlite::Transaction tx(db_);
+  const std::string version = meta("schema_version");
+  if (version.empty()) {
+    exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions").c_str());
+    exec(kNodesTable);
+    exec(kIndexes);
+    set_meta("schema_version", kSchemaVersion);
+  } else if (version == "1" || version == "2") {
+    migrate(version);
+  } else if (version != kSchemaVersion) {
+    fail(path_, "the database has schema version {}, this trellis reads versions 1 to {}", version,
+         kSchemaVersion);
   }
-  if (sqlite3_open_v2(path_.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
-    const std::string why = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    fail(path_, "cannot open the orchestrator database: {}", why);
+  run_id_ = meta("run_id");
+  if (run_id_.empty()) {
+    run_id_ = run_id;
+    set_meta("run_id", run_id_);
   }
-  try {
-    sqlite3_busy_timeout(db_, 10000);
-    exec("PRAGMA journal_mode=WAL");
-    exec("PRAGMA synchronous=FULL");
-    exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
-    Transaction tx(db_, path_);
-    const std::string version = meta("schema_version");
-    if (version.empty()) {
-      exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions").c_str());
-      exec(kNodesTable);
-      exec(kIndexes);
-      set_meta("schema_version", kSchemaVersion);
-    } else if (version == "1" || version == "2") {
-      migrate(version);
-    } else if (version != kSchemaVersion) {
-      fail(path_, "the database has schema version {}, this trellis reads versions 1 to {}",
-           version, kSchemaVersion);
-    }
-    run_id_ = meta("run_id");
-    if (run_id_.empty()) {
-      run_id_ = run_id;
-      set_meta("run_id", run_id_);
-    }
-    url_secret_ = meta("url_secret");
-    if (url_secret_.empty()) {
-      url_secret_ = random_secret();
-      set_meta("url_secret", url_secret_);
-    }
-    if (meta("policy_version").empty()) set_meta("policy_version", "0");
-    if (meta("allowlist_revision").empty()) set_meta("allowlist_revision", "0");
-    tx.commit();
-  } catch (...) {
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw;
+  url_secret_ = meta("url_secret");
+  if (url_secret_.empty()) {
+    url_secret_ = random_secret();
+    set_meta("url_secret", url_secret_);
   }
+  if (meta("policy_version").empty()) set_meta("policy_version", "0");
+  if (meta("allowlist_revision").empty()) set_meta("allowlist_revision", "0");
+  ledger_ = std::make_unique<ledger::Ledger>(db_, std::move(keeper), run_id_, policy);
+  tx.commit();
 }
 
-State::~State() { sqlite3_close(db_); }
+State::~State() = default;
 
 void State::migrate(const std::string& from_version) {
   exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions_v3").c_str());
@@ -295,17 +207,10 @@ std::string eviction_message(const Node& node) {
   return fmt::format("node {} was evicted: {}", node.address, node.evicted_reason);
 }
 
-void State::exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    const std::string why = err ? err : sqlite3_errmsg(db_);
-    sqlite3_free(err);
-    fail(path_, "database error: {}", why);
-  }
-}
+void State::exec(const char* sql) { db_.exec(sql); }
 
 std::string State::meta(const std::string& key) {
-  Stmt q(db_, "SELECT value FROM meta WHERE key = ?", path_);
+  Stmt q(db_, "SELECT value FROM meta WHERE key = ?");
   q.bind(key);
   return q.step() ? q.text(0) : "";
 }
@@ -313,8 +218,7 @@ std::string State::meta(const std::string& key) {
 void State::set_meta(const std::string& key, const std::string& value) {
   Stmt q(db_,
          "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
-         "excluded.value",
-         path_);
+         "excluded.value");
   q.bind(key).bind(value).step();
 }
 
@@ -325,7 +229,7 @@ int64_t State::policy_version() {
 
 int64_t State::publish_version(int64_t version, const std::string& public_key) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   const int64_t newest = std::max<int64_t>(version, std::stoll(meta("policy_version")));
   set_meta("policy_version", std::to_string(newest));
   if (!public_key.empty()) set_meta("trainer_public_key", public_key);
@@ -339,7 +243,7 @@ std::string State::trainer_public_key() {
 }
 
 std::vector<std::string> State::allowed_ips() {
-  Stmt q(db_, "SELECT DISTINCT ip FROM nodes WHERE evicted = 0 AND ip != '' ORDER BY ip", path_);
+  Stmt q(db_, "SELECT DISTINCT ip FROM nodes WHERE evicted = 0 AND ip != '' ORDER BY ip");
   std::vector<std::string> out;
   while (q.step()) out.push_back(q.text(0));
   return out;
@@ -352,16 +256,16 @@ void State::bump_allowlist_if_changed(const std::vector<std::string>& before) {
 }
 
 std::optional<Node> State::find_node(const std::string& address) {
-  Stmt q(db_, fmt::format("SELECT {} FROM nodes WHERE address = ?", kNodeColumns), path_);
+  Stmt q(db_, fmt::format("SELECT {} FROM nodes WHERE address = ?", kNodeColumns));
   q.bind(address);
   if (!q.step()) return std::nullopt;
-  return q.node();
+  return read_node(q);
 }
 
 Registration State::register_node(const std::string& address, const std::string& ip,
                                   int64_t signed_at, double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   const std::optional<Node> before = find_node(address);
   if (before && before->evicted) return {Registration::kEvicted, *before};
   if (before && before->registered_at > 0 &&
@@ -373,10 +277,12 @@ Registration State::register_node(const std::string& address, const std::string&
          "INSERT INTO nodes (address, ip, registered_at, last_seen, signed_at) VALUES (?, ?, ?, ?, "
          "?) ON CONFLICT (address) DO UPDATE SET ip = excluded.ip, last_seen = excluded.last_seen, "
          "signed_at = excluded.signed_at, registered_at = CASE WHEN registered_at > 0 THEN "
-         "registered_at ELSE excluded.registered_at END",
-         path_);
+         "registered_at ELSE excluded.registered_at END");
   q.bind(address).bind(ip).bind(now).bind(now).bind(signed_at).step();
   bump_allowlist_if_changed(allowed);
+  if (!before || before->registered_at == 0 || before->ip != ip) {
+    ledger_->record("registration", {{"node", address}, {"ip", ip}});
+  }
   Registration out{Registration::kRegistered, *find_node(address)};
   tx.commit();
   return out;
@@ -384,7 +290,7 @@ Registration State::register_node(const std::string& address, const std::string&
 
 Eviction State::evict(const std::string& address, const std::string& reason, double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   Eviction out = evict_locked(address, reason, now);
   tx.commit();
   return out;
@@ -395,23 +301,21 @@ Eviction State::evict_locked(const std::string& address, const std::string& reas
   Stmt q(db_,
          "INSERT INTO nodes (address, evicted, evicted_reason, evicted_at) VALUES (?, 1, ?, ?) ON "
          "CONFLICT (address) DO UPDATE SET evicted = 1, evicted_reason = excluded.evicted_reason, "
-         "evicted_at = excluded.evicted_at WHERE evicted = 0",
-         path_);
+         "evicted_at = excluded.evicted_at WHERE evicted = 0");
   q.bind(address).bind(reason).bind(now).step();
+  if (db_.changes() == 1) ledger_->record("eviction", {{"node", address}, {"reason", reason}});
   bump_allowlist_if_changed(allowed);
   Eviction out;
   out.node = *find_node(address);
   Stmt find(db_,
             "SELECT step, submission FROM submissions WHERE node = ? AND status = 'validating' "
-            "ORDER BY id",
-            path_);
+            "ORDER BY id");
   find.bind(address);
   while (find.step()) out.rejected.push_back({find.i64(0), address, find.i64(1)});
   // Its open work goes too, so that its share of each step's quota is handed out again.
   Stmt drop(db_,
             "UPDATE submissions SET status = 'rejected', reason = ?, decided_at = ? WHERE node = ? "
-            "AND status IN ('assigned', 'pending', 'validating')",
-            path_);
+            "AND status IN ('assigned', 'pending', 'validating')");
   drop.bind(eviction_message(out.node)).bind(now).bind(address).step();
   return out;
 }
@@ -423,9 +327,9 @@ std::optional<Node> State::node(const std::string& address) {
 
 std::vector<Node> State::nodes() {
   std::lock_guard lock(mu_);
-  Stmt q(db_, fmt::format("SELECT {} FROM nodes ORDER BY address", kNodeColumns), path_);
+  Stmt q(db_, fmt::format("SELECT {} FROM nodes ORDER BY address", kNodeColumns));
   std::vector<Node> out;
-  while (q.step()) out.push_back(q.node());
+  while (q.step()) out.push_back(read_node(q));
   return out;
 }
 
@@ -433,8 +337,7 @@ NodeCounts State::node_counts() {
   std::lock_guard lock(mu_);
   Stmt q(db_,
          "SELECT COALESCE(SUM(evicted = 0 AND registered_at > 0), 0), COALESCE(SUM(evicted), 0) "
-         "FROM nodes",
-         path_);
+         "FROM nodes");
   q.step();
   return {q.i64(0), q.i64(1)};
 }
@@ -446,34 +349,30 @@ Allowlist State::allowlist() {
 
 std::optional<Submission> State::open_assignment(const std::string& node_address, double now) {
   std::lock_guard lock(mu_);
-  Stmt q(db_,
-         fmt::format("SELECT {} FROM submissions WHERE node = ? AND status IN ('assigned', "
-                     "'pending') AND work_expires > ? ORDER BY id DESC LIMIT 1",
-                     kColumns),
-         path_);
+  Stmt q(db_, fmt::format("SELECT {} FROM submissions WHERE node = ? AND status IN ('assigned', "
+                          "'pending') AND work_expires > ? ORDER BY id DESC LIMIT 1",
+                          kColumns));
   q.bind(node_address).bind(now);
   if (!q.step()) return std::nullopt;
-  return q.submission();
+  return read_submission(q);
 }
 
 Submission State::assign(int64_t step, const std::string& node_address, int64_t groups,
                          double expires, double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   Stmt next(db_,
-            "SELECT COALESCE(MAX(submission) + 1, 0) FROM submissions WHERE step = ? AND node = ?",
-            path_);
+            "SELECT COALESCE(MAX(submission) + 1, 0) FROM submissions WHERE step = ? AND node = ?");
   next.bind(step).bind(node_address).step();
   const int64_t submission = next.i64(0);
   Stmt insert(db_,
               "INSERT INTO submissions (step, node, submission, sha256, size, status, created_at, "
-              "groups, work_expires) VALUES (?, ?, ?, '', 0, 'assigned', ?, ?, ?)",
-              path_);
+              "groups, work_expires) VALUES (?, ?, ?, '', 0, 'assigned', ?, ?, ?)");
   insert.bind(step).bind(node_address).bind(submission).bind(now).bind(groups).bind(expires);
   insert.step();
-  Stmt row(db_, fmt::format("SELECT {} FROM submissions WHERE id = ?", kColumns), path_);
-  row.bind(static_cast<int64_t>(sqlite3_last_insert_rowid(db_))).step();
-  Submission out = row.submission();
+  Stmt row(db_, fmt::format("SELECT {} FROM submissions WHERE id = ?", kColumns));
+  row.bind(db_.last_insert_rowid()).step();
+  Submission out = read_submission(row);
   tx.commit();
   return out;
 }
@@ -490,8 +389,7 @@ AdmissionSnapshot State::admission_snapshot(int64_t steps, int64_t batch_size, d
                "SUM(CASE WHEN status = 'validating' THEN samples ELSE 0 END), "
                "SUM(CASE WHEN status IN ('assigned', 'pending') AND work_expires > ?1 THEN groups "
                "ELSE 0 END) FROM submissions WHERE step >= ?2 AND status IN ('assigned', "
-               "'pending', 'validating', 'accepted') GROUP BY step",
-               path_);
+               "'pending', 'validating', 'accepted') GROUP BY step");
   tallies.bind(now).bind(out.counter);
   while (tallies.step()) {
     out.steps[tallies.i64(0)] = {tallies.i64(1), tallies.i64(2), tallies.i64(4)};
@@ -502,8 +400,7 @@ AdmissionSnapshot State::admission_snapshot(int64_t steps, int64_t batch_size, d
   Stmt recent(db_,
               "SELECT COALESCE(SUM(signal_samples), 0), COALESCE(SUM(samples), 0) FROM (SELECT "
               "signal_samples, samples FROM submissions WHERE status IN ('validating', "
-              "'accepted') ORDER BY uploaded_at DESC LIMIT 32)",
-              path_);
+              "'accepted') ORDER BY uploaded_at DESC LIMIT 32)");
   recent.step();
   if (recent.i64(1) > 0)
     out.signal_ratio = static_cast<double>(recent.i64(0)) / static_cast<double>(recent.i64(1));
@@ -513,11 +410,10 @@ AdmissionSnapshot State::admission_snapshot(int64_t steps, int64_t batch_size, d
 std::string State::request(const SubmissionKey& key, const std::string& sha256, int64_t size,
                            int64_t group_size, double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   Stmt find(db_,
             "SELECT id, status FROM submissions WHERE step = ? AND node = ? AND submission = ? "
-            "ORDER BY id DESC LIMIT 1",
-            path_);
+            "ORDER BY id DESC LIMIT 1");
   find.bind(key.step).bind(key.node_address).bind(key.submission);
   if (!find.step()) return "";
   const int64_t id = find.i64(0);
@@ -525,12 +421,10 @@ std::string State::request(const SubmissionKey& key, const std::string& sha256, 
   if (status == "assigned" || status == "pending") {
     Stmt update(db_,
                 "UPDATE submissions SET status = 'pending', sha256 = ?, size = ?, samples = groups "
-                "* ?, created_at = ? WHERE id = ?",
-                path_);
+                "* ?, created_at = ? WHERE id = ?");
     update.bind(sha256).bind(size).bind(group_size).bind(now).bind(id).step();
   } else if (status == "dropped") {  // generated after all: counted as such
-    Stmt update(db_, "UPDATE submissions SET samples = MAX(samples, groups * ?) WHERE id = ?",
-                path_);
+    Stmt update(db_, "UPDATE submissions SET samples = MAX(samples, groups * ?) WHERE id = ?");
     update.bind(group_size).bind(id).step();
   } else {
     return status;
@@ -544,18 +438,16 @@ std::optional<Submission> State::latest(const SubmissionKey& key) {
   Stmt q(db_,
          fmt::format("SELECT {} FROM submissions WHERE step = ? AND node = ? AND submission = ? "
                      "ORDER BY id DESC LIMIT 1",
-                     kColumns),
-         path_);
+                     kColumns));
   q.bind(key.step).bind(key.node_address).bind(key.submission);
   if (!q.step()) return std::nullopt;
-  return q.submission();
+  return read_submission(q);
 }
 
 bool State::has_status(const SubmissionKey& key, const char* status) {
   std::lock_guard lock(mu_);
   Stmt q(db_,
-         "SELECT 1 FROM submissions WHERE step = ? AND node = ? AND submission = ? AND status = ?",
-         path_);
+         "SELECT 1 FROM submissions WHERE step = ? AND node = ? AND submission = ? AND status = ?");
   q.bind(key.step).bind(key.node_address).bind(key.submission).bind(std::string(status));
   return q.step();
 }
@@ -567,17 +459,23 @@ bool State::is_validating(const SubmissionKey& key) { return has_status(key, "va
 bool State::accept(const SubmissionKey& key, const std::string& sha256, const FileCounts& counts,
                    double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   Stmt q(db_,
          "UPDATE submissions SET status = 'accepted', samples = ?, signal_samples = ?, "
          "completion_tokens = ?, uploaded_at = ?, decided_at = ?, accept_seq = (SELECT "
          "COALESCE(MAX(accept_seq), 0) + 1 FROM submissions) WHERE step = ? AND node = ? AND "
-         "submission = ? AND status = 'pending' AND sha256 = ?",
-         path_);
+         "submission = ? AND status = 'pending' AND sha256 = ?");
   q.bind(counts.samples).bind(counts.signal_samples).bind(counts.completion_tokens);
   q.bind(now).bind(now).bind(key.step).bind(key.node_address).bind(key.submission).bind(sha256);
   q.step();
-  const bool changed = sqlite3_changes(db_) == 1;
+  const bool changed = db_.changes() == 1;
+  if (changed) {
+    ledger_->record("submission",
+                    ledger::submission_body(key.node_address, key.step, key.submission, sha256,
+                                            counts.samples, counts.completion_tokens));
+    ledger_->record("verdict", ledger::verdict_body(key.node_address, key.step, key.submission,
+                                                    sha256, true, ""));
+  }
   tx.commit();
   return changed;
 }
@@ -585,88 +483,123 @@ bool State::accept(const SubmissionKey& key, const std::string& sha256, const Fi
 bool State::start_validation(const SubmissionKey& key, const std::string& sha256,
                              const FileCounts& counts, double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   Stmt q(db_,
          "UPDATE submissions SET status = 'validating', samples = ?, signal_samples = ?, "
          "completion_tokens = ?, uploaded_at = ? WHERE step = ? AND node = ? AND submission = ? "
-         "AND status = 'pending' AND sha256 = ?",
-         path_);
+         "AND status = 'pending' AND sha256 = ?");
   q.bind(counts.samples).bind(counts.signal_samples).bind(counts.completion_tokens).bind(now);
   q.bind(key.step).bind(key.node_address).bind(key.submission).bind(sha256);
   q.step();
-  const bool changed = sqlite3_changes(db_) == 1;
+  const bool changed = db_.changes() == 1;
+  if (changed) {
+    ledger_->record("submission",
+                    ledger::submission_body(key.node_address, key.step, key.submission, sha256,
+                                            counts.samples, counts.completion_tokens));
+  }
   tx.commit();
   return changed;
 }
 
 bool State::reject(const SubmissionKey& key, const std::string& reason, double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
   Stmt q(db_,
          "UPDATE submissions SET status = 'rejected', reason = ?, decided_at = ? WHERE step = ? "
-         "AND node = ? AND submission = ? AND status = 'pending'",
-         path_);
+         "AND node = ? AND submission = ? AND status = 'pending'");
   q.bind(reason).bind(now).bind(key.step).bind(key.node_address).bind(key.submission);
   q.step();
-  const bool changed = sqlite3_changes(db_) == 1;
+  const bool changed = db_.changes() == 1;
   tx.commit();
   return changed;
 }
 
 std::optional<Submission> State::claim(const std::string& validator, double lease_s, double now) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
-  Stmt q(
-      db_,
-      fmt::format("SELECT {} FROM submissions WHERE status = 'validating' AND lease_expires <= ? "
+  sqlite::Transaction tx(db_);
+  Stmt q(db_, fmt::format(
+                  "SELECT {} FROM submissions WHERE status = 'validating' AND lease_expires <= ? "
                   "ORDER BY step, uploaded_at, id LIMIT 1",
-                  kColumns),
-      path_);
+                  kColumns));
   q.bind(now);
   if (!q.step()) return std::nullopt;
-  Submission s = q.submission();
+  Submission s = read_submission(q);
   // Every claimant in order: a lease that ran out without a verdict stays on the record.
   s.claimed_by = s.claimed_by.empty() ? validator : s.claimed_by + ", " + validator;
   s.lease_expires = now + lease_s;
-  Stmt lease(db_, "UPDATE submissions SET claimed_by = ?, lease_expires = ? WHERE id = ?", path_);
+  Stmt lease(db_, "UPDATE submissions SET claimed_by = ?, lease_expires = ? WHERE id = ?");
   lease.bind(s.claimed_by).bind(s.lease_expires).bind(s.id).step();
   tx.commit();
   return s;
 }
 
-bool State::accept_validated(const SubmissionKey& key, const std::string& validator, double now) {
+namespace {
+
+// The validating row of `key` (callers hold the state's lock).
+std::optional<Submission> validating_row(const sqlite::Database& db, const SubmissionKey& key) {
+  Stmt q(db, fmt::format("SELECT {} FROM submissions WHERE step = ? AND node = ? AND submission "
+                         "= ? AND status = 'validating'",
+                         kColumns));
+  q.bind(key.step).bind(key.node_address).bind(key.submission);
+  if (!q.step()) return std::nullopt;
+  return read_submission(q);
+}
+
+}  // namespace
+
+void State::record_verdict(const Submission& row, bool accepted, const std::string& reason,
+                           const std::optional<ledger::Statement>& signed_verdict) {
+  Json body = ledger::verdict_body(row.key.node_address, row.key.step, row.key.submission,
+                                   row.sha256, accepted, reason);
+  if (!signed_verdict) {
+    ledger_->record("verdict", body);
+    return;
+  }
+  // The same verdict on the same file; the reason is the validator's own words.
+  Json said = signed_verdict->kind == "verdict" ? ledger::checked_body(*signed_verdict) : Json();
+  if (said.is_object()) said["reason"] = reason;
+  if (said != body) {
+    fail("ledger", "the validator's signed statement is not this verdict: it says {} {}",
+         signed_verdict->kind, signed_verdict->body.substr(0, 1000));
+  }
+  if (ledger_->role_of(signed_verdict->author) != "validator") {
+    ledger_->record("role", {{"address", signed_verdict->author}, {"role", "validator"}});
+  }
+  ledger_->append(*signed_verdict);
+}
+
+bool State::accept_validated(const SubmissionKey& key, const std::string& validator, double now,
+                             const std::optional<ledger::Statement>& signed_verdict) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
+  const std::optional<Submission> row = validating_row(db_, key);
+  if (!row) return false;
   Stmt q(db_,
          "UPDATE submissions SET status = 'accepted', validator = ?, decided_at = ?, accept_seq = "
-         "(SELECT COALESCE(MAX(accept_seq), 0) + 1 FROM submissions) WHERE step = ? AND node = ? "
-         "AND submission = ? AND status = 'validating'",
-         path_);
-  q.bind(validator).bind(now).bind(key.step).bind(key.node_address).bind(key.submission);
-  q.step();
-  const bool changed = sqlite3_changes(db_) == 1;
+         "(SELECT COALESCE(MAX(accept_seq), 0) + 1 FROM submissions) WHERE id = ?");
+  q.bind(validator).bind(now).bind(row->id).step();
+  record_verdict(*row, true, "", signed_verdict);
   tx.commit();
-  return changed;
+  return true;
 }
 
 Rejection State::reject_validated(const SubmissionKey& key, const std::string& reason,
                                   const std::string& validator, const std::string& evict_reason,
-                                  double now) {
+                                  double now,
+                                  const std::optional<ledger::Statement>& signed_verdict) {
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
+  sqlite::Transaction tx(db_);
+  const std::optional<Submission> row = validating_row(db_, key);
+  if (!row) return {};
   Stmt q(db_,
          "UPDATE submissions SET status = 'rejected', reason = ?, validator = ?, decided_at = ? "
-         "WHERE step = ? AND node = ? AND submission = ? AND status = 'validating'",
-         path_);
-  q.bind(reason).bind(validator).bind(now);
-  q.bind(key.step).bind(key.node_address).bind(key.submission);
-  q.step();
-  if (sqlite3_changes(db_) != 1) return {};  // rolled back: nothing changed
+         "WHERE id = ?");
+  q.bind(reason).bind(validator).bind(now).bind(row->id).step();
+  record_verdict(*row, false, reason, signed_verdict);
   Stmt count(db_,
              "INSERT INTO nodes (address, rejections, last_rejection) VALUES (?, 1, ?) ON CONFLICT "
              "(address) DO UPDATE SET rejections = rejections + 1, last_rejection = "
-             "excluded.last_rejection",
-             path_);
+             "excluded.last_rejection");
   count.bind(key.node_address)
       .bind(fmt::format("step {} submission {}: {}", key.step, key.submission, reason))
       .step();
@@ -686,20 +619,17 @@ std::vector<Submission> State::close_full_steps(int64_t batch_size, double now) 
       "status IN ('assigned', 'pending', 'validating') AND step IN (SELECT step FROM submissions "
       "WHERE status = 'accepted' GROUP BY step HAVING SUM(signal_samples) >= ?)";
   std::lock_guard lock(mu_);
-  Transaction tx(db_, path_);
-  Stmt find(
-      db_,
-      fmt::format("SELECT {} FROM submissions WHERE {} ORDER BY id", kColumns, kOpenInFullSteps),
-      path_);
+  sqlite::Transaction tx(db_);
+  Stmt find(db_, fmt::format("SELECT {} FROM submissions WHERE {} ORDER BY id", kColumns,
+                             kOpenInFullSteps));
   find.bind(batch_size);
-  std::vector<Submission> out = find.submissions();
+  std::vector<Submission> out = read_submissions(find);
   Stmt drop(db_,
             fmt::format("UPDATE submissions SET status = 'dropped', reason = 'step ' || step || ' "
                         "closed: its accepted files hold the ' || ?1 || ' signal samples it "
                         "needs, so this one was not judged (surplus, not the node''s fault)', "
                         "decided_at = ?2 WHERE {}",
-                        kOpenInFullSteps),
-            path_);
+                        kOpenInFullSteps));
   drop.bind(batch_size).bind(now).bind(batch_size).step();
   tx.commit();
   return out;
@@ -710,10 +640,9 @@ std::vector<Submission> State::submissions(const std::string& status, std::optio
   Stmt q(db_,
          fmt::format("SELECT {} FROM submissions WHERE (?1 = '' OR status = ?1) AND (?2 < 0 OR "
                      "step = ?2) ORDER BY id",
-                     kColumns),
-         path_);
+                     kColumns));
   q.bind(status).bind(step.value_or(-1));
-  return q.submissions();
+  return read_submissions(q);
 }
 
 std::vector<Submission> State::accepted(int64_t step) {
@@ -721,18 +650,16 @@ std::vector<Submission> State::accepted(int64_t step) {
   Stmt q(db_,
          fmt::format("SELECT {} FROM submissions WHERE step = ? AND status = 'accepted' ORDER BY "
                      "accept_seq",
-                     kColumns),
-         path_);
+                     kColumns));
   q.bind(step);
-  return q.submissions();
+  return read_submissions(q);
 }
 
 std::map<int64_t, int64_t> State::signal_samples_by_step() {
   std::lock_guard lock(mu_);
   Stmt q(db_,
          "SELECT step, SUM(signal_samples) FROM submissions WHERE status = 'accepted' GROUP BY "
-         "step",
-         path_);
+         "step");
   std::map<int64_t, int64_t> out;
   while (q.step()) out[q.i64(0)] = q.i64(1);
   return out;
@@ -741,10 +668,10 @@ std::map<int64_t, int64_t> State::signal_samples_by_step() {
 namespace {
 
 // Every status, each present with 0 until counted.
-std::map<std::string, int64_t> per_status(sqlite3* db, const char* sql, const std::string& where) {
+std::map<std::string, int64_t> per_status(const sqlite::Database& db, const char* sql) {
   std::map<std::string, int64_t> out;
   for (const std::string& status : submission_statuses()) out[status] = 0;
-  Stmt q(db, sql, where);
+  Stmt q(db, sql);
   while (q.step()) out[q.text(0)] = q.i64(1);
   return out;
 }
@@ -753,20 +680,19 @@ std::map<std::string, int64_t> per_status(sqlite3* db, const char* sql, const st
 
 std::map<std::string, int64_t> State::count_by_status() {
   std::lock_guard lock(mu_);
-  return per_status(db_, "SELECT status, COUNT(*) FROM submissions GROUP BY status", path_);
+  return per_status(db_, "SELECT status, COUNT(*) FROM submissions GROUP BY status");
 }
 
 std::map<std::string, int64_t> State::samples_by_status() {
   std::lock_guard lock(mu_);
-  return per_status(db_, "SELECT status, SUM(samples) FROM submissions GROUP BY status", path_);
+  return per_status(db_, "SELECT status, SUM(samples) FROM submissions GROUP BY status");
 }
 
 int64_t State::samples_judged_since(double since) {
   std::lock_guard lock(mu_);
   Stmt q(db_,
          "SELECT COALESCE(SUM(samples), 0) FROM submissions WHERE validator != '' AND decided_at "
-         ">= ? AND status IN ('accepted', 'rejected')",
-         path_);
+         ">= ? AND status IN ('accepted', 'rejected')");
   q.bind(since);
   q.step();
   return q.i64(0);
@@ -776,8 +702,7 @@ FileCounts State::accepted_totals() {
   std::lock_guard lock(mu_);
   Stmt q(db_,
          "SELECT COALESCE(SUM(samples), 0), COALESCE(SUM(signal_samples), 0), "
-         "COALESCE(SUM(completion_tokens), 0) FROM submissions WHERE status = 'accepted'",
-         path_);
+         "COALESCE(SUM(completion_tokens), 0) FROM submissions WHERE status = 'accepted'");
   q.step();
   return {q.i64(0), q.i64(1), q.i64(2)};
 }
@@ -786,8 +711,7 @@ int64_t State::completion_tokens_since(double since) {
   std::lock_guard lock(mu_);
   Stmt q(db_,
          "SELECT COALESCE(SUM(completion_tokens), 0) FROM submissions WHERE status = 'accepted' "
-         "AND decided_at >= ?",
-         path_);
+         "AND decided_at >= ?");
   q.bind(since);
   q.step();
   return q.i64(0);

@@ -13,6 +13,10 @@
 //   nodes        one row per node address: the IP it last registered from, first and last
 //                registration times, the timestamp its newest registration was signed at,
 //                whether (why, when) it was evicted, and how often validators rejected its files
+//   ledger       the run's ledger (ledger/ledger.h), kept by the orchestrator's key: every
+//                registration (new, or from a new IP), file that passed the orchestrator's checks
+//                (with its work units: completion tokens), verdict and eviction is appended in
+//                the transaction that makes the change, so the two never disagree
 // A (step, node, submission) has at most one row that is assigned, pending, validating or accepted
 // (a unique index enforces it); rejected and dropped rows stay as history. Submission numbers are
 // the orchestrator's: the next one of (step, node) follows every number it handed out before.
@@ -24,15 +28,18 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "common/identity.h"
+#include "common/json.h"
+#include "common/sqlite.h"
+#include "ledger/ledger.h"
 #include "orchestrator/admission.h"
 #include "orchestrator/step_counter.h"
-
-struct sqlite3;
 
 namespace trellis::orchestrator {
 
@@ -122,13 +129,17 @@ class State {
   // fresh random URL-signing secret; an existing one keeps its own (the run ID is fixed at the
   // first start). A database of the previous schema (version 1, before validators) is migrated
   // in place. Error naming the path when it cannot be opened or has an unknown schema version.
-  State(const std::filesystem::path& path, const std::string& run_id);
+  // The ledger is kept with `keeper` (the orchestrator's key), its pool entry naming `policy`;
+  // Error when the database's ledger is another key's.
+  State(const std::filesystem::path& path, const std::string& run_id, Identity keeper,
+        const Json& policy = Json::object());
   ~State();
   State(const State&) = delete;
   State& operator=(const State&) = delete;
 
   const std::string& run_id() const { return run_id_; }
   const std::string& url_secret() const { return url_secret_; }
+  const ledger::Ledger& ledger() const { return *ledger_; }
 
   int64_t policy_version();
   // Records `version` when newer than the current one, and `public_key` as the trainer's public
@@ -197,14 +208,21 @@ class State {
   std::optional<Submission> claim(const std::string& validator, double lease_s, double now);
   // The validating row of `key` becomes accepted, decided by `validator`, next in acceptance
   // order (false when there is none: decided meanwhile).
-  bool accept_validated(const SubmissionKey& key, const std::string& validator, double now);
+  // `signed_verdict`, when given, is the validator's own statement of this verdict for the ledger
+  // (ledger::verdict_body of the row, in its words, signed by its key; the validator token
+  // vouches for the key, which the ledger is told is a validator's on its first verdict);
+  // otherwise the orchestrator states it (the reason being `reason`). Error, changing nothing,
+  // when the statement is not this verdict on this file or its signature fails.
+  bool accept_validated(const SubmissionKey& key, const std::string& validator, double now,
+                        const std::optional<ledger::Statement>& signed_verdict = std::nullopt);
   // The validating row of `key` becomes rejected with `reason`, decided by `validator`; the
   // node's rejection count goes up and the reason becomes its last rejection (a row is created
   // for a node that never registered), and a non-empty `evict_reason` evicts it as evict() does;
-  // all in one transaction.
+  // all in one transaction. `signed_verdict` as for accept_validated.
   Rejection reject_validated(const SubmissionKey& key, const std::string& reason,
                              const std::string& validator, const std::string& evict_reason,
-                             double now);
+                             double now,
+                             const std::optional<ledger::Statement>& signed_verdict = std::nullopt);
   // Steps whose accepted files hold `batch_size` signal samples are closed: their assigned,
   // pending and validating rows become dropped ("step <s> closed: ..."). Returns those rows as
   // they were before (a validating one has a file to remove).
@@ -242,10 +260,15 @@ class State {
   // evict()'s work inside the caller's transaction (callers hold mu_).
   Eviction evict_locked(const std::string& address, const std::string& reason, double now);
   void migrate(const std::string& from_version);  // inside the opening transaction
+  // Appends the verdict on `row` to the ledger: `signed_verdict` when given (checked against
+  // the row), else the orchestrator's own (callers hold mu_ and a transaction).
+  void record_verdict(const Submission& row, bool accepted, const std::string& reason,
+                      const std::optional<ledger::Statement>& signed_verdict);
 
   std::mutex mu_;
-  sqlite3* db_ = nullptr;
+  sqlite::Database db_;
   std::string path_, run_id_, url_secret_;
+  std::unique_ptr<ledger::Ledger> ledger_;
 };
 
 }  // namespace trellis::orchestrator

@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/identity.h"
 #include "common/logging.h"
+#include "ledger/entry.h"
 #include "model/hf_config.h"
 #include "model/prompting.h"
 #include "orchestrator/client.h"
@@ -118,8 +119,14 @@ class Service {
       report.findings.push_back({"schema", fmt::format("checking the file failed: {}", e.what())});
       report.reason = report.findings.back().text();
     }
-    const std::string decided =
-        client_.post_verdict(claim.key, report.accepted, report.reason, name_, report.checked);
+    // Signed by this validator's key for the run's ledger: the verdict is on the record as ours.
+    const ledger::Statement statement = ledger::make_statement(
+        status.run_id, *identity_, "verdict",
+        ledger::verdict_body(claim.key.node_address, claim.key.step, claim.key.submission,
+                             claim.sha256, report.accepted, report.reason),
+        ledger::now_ms());
+    const std::string decided = client_.post_verdict(claim.key, report.accepted, report.reason,
+                                                     name_, report.checked, statement);
     if (report.accepted && decided == "accepted") {
       validator_->accepted();
       log::info("accepted {}: {}", what, report.summary());

@@ -10,6 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/error.h"
+#include "ledger/contributions.h"
+#include "ledger/verify.h"
 #include "orchestrator/signed_url.h"
 #include "orchestrator/state.h"
 #include "orchestrator/step_counter.h"
@@ -19,6 +22,12 @@ namespace trellis::orchestrator {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The orchestrator's key: the one that keeps every test database's ledger.
+const Identity& keeper() {
+  static const Identity k = Identity::generate();
+  return k;
+}
 
 // Hands out work for `key`'s step to its node (2 groups, lease to 1000); its submission number.
 int64_t assign(State& s, const SubmissionKey& key) {
@@ -78,7 +87,7 @@ TEST(State, DecisionsSurviveAReopen) {
       c{1, std::string(64, 'a'), 0};
   std::string secret;
   {
-    State s(db, "run-1");
+    State s(db, "run-1", keeper());
     // Work first: only what was handed out can be requested (group size 4, lease to 1000).
     EXPECT_EQ(s.request(a, std::string(64, '1'), 10, 4, 99), "");
     for (const auto& key : {b, a, c}) EXPECT_EQ(assign(s, key), key.submission);
@@ -112,7 +121,7 @@ TEST(State, DecisionsSurviveAReopen) {
     EXPECT_EQ(s.assign(1, c.node_address, 2, 1000, 122).key.submission, 1);
     EXPECT_EQ(s.request({1, c.node_address, 1}, std::string(64, '6'), 60, 4, 123), "pending");
   }
-  State s(db, "another name");  // the run ID is fixed at the first start
+  State s(db, "another name", keeper());  // the run ID is fixed at the first start
   EXPECT_EQ(s.run_id(), "run-1");
   EXPECT_EQ(s.url_secret(), secret);
   EXPECT_EQ(s.policy_version(), 2);
@@ -148,7 +157,7 @@ TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
   const auto revision = [](State& s) { return s.allowlist().revision; };
   using V = std::vector<std::string>;
   {
-    State s(db, "run-1");
+    State s(db, "run-1", keeper());
     EXPECT_EQ(s.trainer_public_key(), "");
     EXPECT_EQ(s.allowlist().revision, 0);
     EXPECT_TRUE(s.allowlist().ips.empty());
@@ -215,7 +224,7 @@ TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
     EXPECT_EQ(s.publish_version(2, std::string(64, 'f')), 3);  // an older version: key still taken
     EXPECT_EQ(s.publish_version(4), 4);                        // no key: the stored one stays
   }
-  State s(db, "run-1");
+  State s(db, "run-1", keeper());
   EXPECT_EQ(s.trainer_public_key(), std::string(64, 'f'));
   EXPECT_EQ(s.policy_version(), 4);
   const Allowlist list = s.allowlist();
@@ -247,7 +256,7 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
   const std::string x(64, 'a'), y(64, 'b');
   const SubmissionKey a{0, x, 0}, b{0, x, 1}, c{0, y, 0}, d{1, y, 0};
   {
-    State s(db, "run-1");
+    State s(db, "run-1", keeper());
     for (const auto& key : {a, b, c, d}) {
       EXPECT_EQ(assign(s, key), key.submission);
       s.request(key, std::string(64, '1'), 10, 4, 100);
@@ -301,7 +310,7 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
     EXPECT_EQ(e.rejected[0].step, 1);
     EXPECT_EQ(s.latest(d)->reason, "node " + y + " was evicted: operator");
   }
-  State s(db, "run-1");
+  State s(db, "run-1", keeper());
   const auto rows = s.submissions();
   ASSERT_EQ(rows.size(), 4u);
   EXPECT_EQ(rows[0].status, "accepted");
@@ -319,9 +328,82 @@ TEST(State, TheValidationQueueLeasesAndVerdicts) {
   fs::remove_all(dir);
 }
 
+// Each decision lands on the ledger in its own transaction: registrations (new, or from a new IP),
+// files that passed the checks with their work units, validators' signed verdicts (the validator
+// named a validator on its first), the orchestrator's own verdicts, evictions. A signed verdict
+// that is not this verdict on this file changes nothing.
+TEST(State, TheLedgerRecordsEachDecisionWithIt) {
+  const auto dir =
+      fs::temp_directory_path() / ("trellis_state_ledger_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const auto db = dir / "orchestrator.sqlite";
+  const std::string x(64, 'a'), y(64, 'b'), sha1(64, '1'), sha2(64, '2');
+  const SubmissionKey a{0, x, 0}, b{0, x, 1}, c{1, y, 0};
+  const Identity validator = Identity::generate();
+  const auto signed_verdict = [&](const SubmissionKey& k, const std::string& sha, bool accepted,
+                                  const std::string& why) {
+    return ledger::make_statement(
+        "run-1", validator, "verdict",
+        ledger::verdict_body(k.node_address, k.step, k.submission, sha, accepted, why), 5);
+  };
+  {
+    State s(db, "run-1", keeper());
+    s.register_node(x, "10.0.0.1", 1, 10);
+    s.register_node(x, "10.0.0.1", 2, 11);  // a refresh: not on the ledger
+    s.register_node(x, "10.0.0.2", 3, 12);
+    for (const auto& key : {a, b, c}) {
+      assign(s, key);
+      s.request(key, key.node_address == y ? sha2 : sha1, 10, 4, 100);
+    }
+    EXPECT_TRUE(s.start_validation(a, sha1, {4, 4, 100}, 101));
+    EXPECT_TRUE(s.start_validation(b, sha1, {4, 2, 60}, 102));
+    // A signed verdict on another file, or another verdict, or signed by someone else's key.
+    EXPECT_THROW(s.accept_validated(a, "v1", 110, signed_verdict(a, sha2, true, "")), Error);
+    EXPECT_THROW(s.accept_validated(a, "v1", 110, signed_verdict(a, sha1, false, "x")), Error);
+    ledger::Statement forged = signed_verdict(a, sha1, true, "");
+    forged.author = y;
+    EXPECT_THROW(s.accept_validated(a, "v1", 110, forged), Error);
+    EXPECT_TRUE(s.is_validating(a));  // nothing changed
+    EXPECT_TRUE(s.accept_validated(a, "v1", 111, signed_verdict(a, sha1, true, "")));
+    EXPECT_TRUE(s.reject_validated(b, "validator v1: bad proof", "v1", "evicted: bad proof", 112,
+                                   signed_verdict(b, sha1, false, "bad proof"))
+                    .rejected);
+    EXPECT_TRUE(s.accept(c, sha2, {2, 2, 30}, 113));  // no validators: the orchestrator's verdict
+  }
+  std::vector<std::string> kinds, authors;
+  ledger::ContributionTally tally;
+  const sqlite::Database reader(db, sqlite::Database::kReadOnly);
+  const ledger::Verification v =
+      ledger::verify(reader, keeper().address(), [&](const ledger::Entry& e, const Json& body) {
+        kinds.push_back(e.statement.kind);
+        authors.push_back(e.statement.author == keeper().address() ? "keeper" : "validator");
+        tally.add(e, body);
+      });
+  ASSERT_TRUE(v.ok) << v.problem;
+  EXPECT_EQ(v.ledger_id, "run-1");
+  EXPECT_EQ(kinds, (std::vector<std::string>{"pool", "registration", "registration", "submission",
+                                             "submission", "role", "verdict", "verdict", "eviction",
+                                             "submission", "verdict"}));
+  EXPECT_EQ(authors[6], "validator");
+  EXPECT_EQ(authors[7], "validator");
+  EXPECT_EQ(authors[10], "keeper");
+  const auto rows = tally.nodes();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].node, x);
+  EXPECT_EQ(rows[0].accepted, 1);
+  EXPECT_EQ(rows[0].rejected, 1);
+  EXPECT_EQ(rows[0].work_units, 100);
+  EXPECT_TRUE(rows[0].evicted);
+  EXPECT_EQ(rows[1].work_units, 30);
+  // Another key cannot take the database's ledger over.
+  EXPECT_THROW(State(db, "run-1", Identity::generate()), Error);
+  fs::remove_all(dir);
+}
+
 // A database written by the previous schema (version 1, before validators) opens migrated, with
 // its submissions, nodes and meta intact; an unknown version is refused naming the file.
 TEST(State, ADatabaseOfSchemaVersion1IsMigrated) {
+  const std::string kA(64, 'a'), kB(64, 'b'), kH3(64, '3');  // a node and a file hash
   const auto dir = fs::temp_directory_path() / ("trellis_state_v1_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -357,14 +439,14 @@ CREATE TABLE nodes (
 INSERT INTO meta VALUES ('schema_version', '1'), ('run_id', 'old-run'), ('url_secret', 'ab12'),
   ('policy_version', '3'), ('allowlist_revision', '2');
 INSERT INTO submissions VALUES
-  (1, 0, 'aaaa', 0, 'h1', 10, 'accepted', '', 4, 4, 16, 100, 110, 1),
-  (2, 0, 'bbbb', 0, 'h2', 10, 'rejected', 'bad file', 0, 0, 0, 101, 111, NULL),
-  (3, 1, 'aaaa', 0, 'h3', 10, 'pending', '', 0, 0, 0, 102, 0, NULL);
+  (1, 0, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 0, 'h1', 10, 'accepted', '', 4, 4, 16, 100, 110, 1),
+  (2, 0, 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 0, 'h2', 10, 'rejected', 'bad file', 0, 0, 0, 101, 111, NULL),
+  (3, 1, 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 0, '3333333333333333333333333333333333333333333333333333333333333333', 10, 'pending', '', 0, 0, 0, 102, 0, NULL);
 INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
-  VALUES ('aaaa', '10.0.0.1', 50, 0, ''), ('bbbb', '', 0, 1, 'forged');
+  VALUES ('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', '10.0.0.1', 50, 0, ''), ('bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', '', 0, 1, 'forged');
 )sql");
   {
-    State s(db, "ignored");
+    State s(db, "ignored", keeper());
     EXPECT_EQ(s.run_id(), "old-run");
     EXPECT_EQ(s.url_secret(), "ab12");
     EXPECT_EQ(s.policy_version(), 3);
@@ -376,20 +458,20 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
     EXPECT_EQ(rows[1].reason, "bad file");
     EXPECT_EQ(rows[2].status, "pending");
     EXPECT_EQ(s.accepted(0).size(), 1u);
-    EXPECT_EQ(s.node("bbbb")->evicted_reason, "forged");
-    EXPECT_EQ(s.node("aaaa")->rejections, 0);
+    EXPECT_EQ(s.node(kB)->evicted_reason, "forged");
+    EXPECT_EQ(s.node(kA)->rejections, 0);
     // The new statuses work, and ids go on from the old ones.
-    EXPECT_TRUE(s.start_validation({1, "aaaa", 0}, "h3", {2, 2, 8}, 200));
-    EXPECT_EQ(s.assign(2, "aaaa", 2, 1000, 201).key.submission, 0);
-    EXPECT_EQ(s.request({2, "aaaa", 0}, "h4", 10, 4, 201), "pending");
+    EXPECT_TRUE(s.start_validation({1, kA, 0}, kH3, {2, 2, 8}, 200));
+    EXPECT_EQ(s.assign(2, kA, 2, 1000, 201).key.submission, 0);
+    EXPECT_EQ(s.request({2, kA, 0}, "h4", 10, 4, 201), "pending");
     EXPECT_EQ(s.submissions("", 2)[0].id, 4);
-    EXPECT_EQ(s.request({0, "aaaa", 0}, "h5", 10, 4, 202), "accepted");
+    EXPECT_EQ(s.request({0, kA, 0}, "h5", 10, 4, 202), "accepted");
   }
-  State again(db, "ignored");  // opens as version 3 now
+  State again(db, "ignored", keeper());  // opens as version 3 now
   EXPECT_EQ(again.count_by_status().at("validating"), 1);
   run("UPDATE meta SET value = '9' WHERE key = 'schema_version'");
   try {
-    State s(db, "ignored");
+    State s(db, "ignored", keeper());
     ADD_FAILURE() << "an unknown schema version was opened";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find(db.string()), std::string::npos) << e.what();
@@ -406,7 +488,7 @@ TEST(State, AssignmentsHoldQuotaUntilTheirStepFills) {
   const auto dir = fs::temp_directory_path() / ("trellis_state_work_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   const std::string x(64, 'a'), y(64, 'b'), z(64, 'c');
-  State s(dir / "orchestrator.sqlite", "run-1");
+  State s(dir / "orchestrator.sqlite", "run-1", keeper());
   const auto xa = s.assign(0, x, 2, 1000, 100);
   EXPECT_EQ(xa.status, "assigned");
   EXPECT_EQ(xa.key.submission, 0);
@@ -526,7 +608,7 @@ INSERT INTO submissions VALUES
   sqlite3_free(err);
   sqlite3_close(h);
   {
-    State s(db, "ignored");
+    State s(db, "ignored", keeper());
     EXPECT_EQ(s.run_id(), "old-run");
     const auto rows = s.submissions();
     ASSERT_EQ(rows.size(), 3u);
@@ -542,7 +624,7 @@ INSERT INTO submissions VALUES
     EXPECT_EQ(s.close_full_steps(4, 202).size(), 2u);  // step 0 holds 4 accepted signal samples
     EXPECT_EQ(s.latest({0, "aaaa", 1})->status, "dropped");
   }
-  State again(db, "ignored");
+  State again(db, "ignored", keeper());
   EXPECT_EQ(again.count_by_status().at("dropped"), 2);
   fs::remove_all(dir);
 }

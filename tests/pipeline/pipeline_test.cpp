@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <map>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/identity.h"
+#include "common/json.h"
 #include "orchestrator/client.h"
 #include "orchestrator/credentials.h"
 #include "orchestrator/state.h"
@@ -30,6 +33,15 @@ namespace trellis::test {
 namespace {
 
 namespace fs = std::filesystem;
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
 
 class Pipeline : public ::testing::Test {
  protected:
@@ -173,7 +185,8 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   // Admission control, from the run's own counts (the orchestrator's record of every file and
   // the trainer's batches): workers generated at most 1.3x the samples trained, and at no moment
   // did more than two steps' worth wait for a verdict.
-  orchestrator::State state(run_dir / "orchestrator.sqlite", "");
+  orchestrator::State state(run_dir / "orchestrator.sqlite", "",
+                            Identity::load_or_create(run_dir / "keys" / "orchestrator.key"));
   int64_t generated = 0;
   std::vector<std::pair<double, int64_t>> backlog_changes;  // (time, +/- samples)
   for (const auto& sub : state.submissions()) {
@@ -214,6 +227,33 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   }
   EXPECT_GE(files, 2 * steps);  // at least 64 samples per step, in files of 16
   EXPECT_EQ(nodes.size(), 2u) << "both workers contributed";
+
+  // The run's ledger verifies, kept by the orchestrator's key, and credits each node with
+  // exactly the completion tokens the orchestrator accepted from it.
+  const std::string keeper =
+      Identity::load_or_create(run_dir / "keys" / "orchestrator.key").address();
+  const auto verified = run_trellis("ledger verify " + run_dir.string() + " --keeper " + keeper);
+  ASSERT_EQ(verified.status, 0) << verified.output;
+  EXPECT_CONTAINS(verified.output, "entries verify");
+  std::map<std::string, int64_t> accepted_tokens;
+  for (const auto& sub : state.submissions("accepted")) {
+    accepted_tokens[sub.key.node_address] += sub.counts.completion_tokens;
+  }
+  const auto sums = run_trellis("ledger contributions --json " + run_dir.string(), false);
+  ASSERT_EQ(sums.status, 0) << sums.output;
+  std::map<std::string, int64_t> credited;
+  for (const auto& line : split_lines(sums.output)) {
+    const Json row = Json::parse(line);
+    if (row["work_units"].get<int64_t>() > 0) credited[row["node"]] = row["work_units"];
+  }
+  EXPECT_EQ(credited, accepted_tokens);
+  EXPECT_EQ(credited.size(), 2u);
+  // The validator's verdicts are its own statements on the ledger.
+  const auto verdicts = run_trellis("ledger show --json --kind verdict " + run_dir.string(), false);
+  ASSERT_EQ(verdicts.status, 0);
+  const auto verdict_lines = split_lines(verdicts.output);
+  ASSERT_FALSE(verdict_lines.empty());
+  for (const auto& line : verdict_lines) EXPECT_NE(Json::parse(line)["author"], keeper) << line;
 }
 
 // C3PO++ workers (infer.partial_rollouts): every step fills, every group names the draw its
