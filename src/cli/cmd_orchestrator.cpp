@@ -6,6 +6,11 @@
 //
 // `trellis orchestrator nginx-config [CONFIG...] --out DIR [--listen HOST:PORT]`: nginx.conf for
 // nginx in front of it on the open internet (orchestrator/nginx_front.h).
+//
+// The pool owner's calls to a running orchestrator (with the trainer token,
+// orchestrator/pool_policy.h):
+//   `trellis orchestrator stake ADDRESS AMOUNT --run-dir DIR`   deposit stake for a node
+//   `trellis orchestrator approve ADDRESS --run-dir DIR`        admit a node (join = "approval")
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -14,13 +19,63 @@
 #include "cli/run_flags.h"
 #include "cli/stop_signal.h"
 #include "common/error.h"
+#include "common/files.h"
 #include "common/logging.h"
 #include "common/run_dir.h"
 #include "orchestrator/api.h"
+#include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 #include "orchestrator/nginx_front.h"
 
 namespace trellis::cli {
 namespace fs = std::filesystem;
+
+namespace {
+
+// A client of the orchestrator of `flags`' run directory with the owner's (trainer's) token: its
+// URL from <data dir>/orchestrator.url when the orchestrator is running there, else the config's.
+orchestrator::Client owner_client(const RunFlags& flags) {
+  if (flags.run_dir.empty()) fail("--run-dir", "name the orchestrator's run directory");
+  const Config config = flags.resolve();
+  const fs::path run_dir = flags.run_dir;
+  const auto options = orchestrator::api_options(config, run_dir);
+  const fs::path url_file = options.data_dir / "orchestrator.url";
+  std::string url = orchestrator::client_url(config);
+  if (fs::exists(url_file)) {
+    url = read_file(url_file.string());
+    while (!url.empty() && (url.back() == '\n' || url.back() == ' ')) url.pop_back();
+  }
+  return orchestrator::Client(
+      url, orchestrator::client_token(config, run_dir, orchestrator::Role::kTrainer));
+}
+
+void add_owner_commands(CLI::App* cmd) {
+  static RunFlags flags;
+  static std::string address;
+  static int64_t amount = 0;
+  auto* stake = cmd->add_subcommand(
+      "stake", "Deposit stake (work units) for a node, on the ledger (join = \"stake\")");
+  stake->add_option("address", address, "the node's address (64 hex digits)")->required();
+  stake->add_option("amount", amount, "work units")->required()->check(CLI::Range(1, INT32_MAX));
+  auto* approve =
+      cmd->add_subcommand("approve", "Admit a node, on the ledger (join = \"approval\")");
+  approve->add_option("address", address, "the node's address (64 hex digits)")->required();
+  for (CLI::App* sub : {stake, approve}) {
+    sub->add_option("--run-dir", flags.run_dir, "the orchestrator's run directory")->required();
+    sub->add_option("--set", flags.overrides, "override one key: section.key=value (repeatable)");
+    sub->fallthrough();
+  }
+  stake->callback([] {
+    const int64_t now = owner_client(flags).deposit_stake(address, amount);
+    std::cout << fmt::format("node {} now holds a stake of {} work units\n", address, now);
+  });
+  approve->callback([] {
+    owner_client(flags).approve(address);
+    std::cout << fmt::format("node {} is approved\n", address);
+  });
+}
+
+}  // namespace
 
 void add_orchestrator_command(CLI::App& app) {
   static RunFlags flags;
@@ -64,7 +119,11 @@ void add_orchestrator_command(CLI::App& app) {
               << "\nand set orchestrator.trusted_proxies to the address nginx connects from "
                  "(e.g. [\"127.0.0.1\"])\n";
   });
-  cmd->callback([nginx] {
+  add_owner_commands(cmd);
+  cmd->callback([cmd, nginx] {
+    for (const char* sub : {"stake", "approve"}) {
+      if (cmd->get_subcommand(sub)->parsed()) return;
+    }
     if (nginx->parsed()) return;
     const auto& stop = stop_requested();
     const Config config = flags.resolve();

@@ -48,6 +48,7 @@ const std::map<std::string, std::vector<std::pair<const char*, Field>>>& kinds()
         {"reason", Field::kText}}},
       {"stake", {{"node", Field::kAddress}, {"amount", Field::kCount}}},
       {"slash", {{"node", Field::kAddress}, {"amount", Field::kCount}, {"reason", Field::kText}}},
+      {"approval", {{"node", Field::kAddress}}},
       {"eviction", {{"node", Field::kAddress}, {"reason", Field::kText}}},
       {"policy", {{"version", Field::kCount}}},
   };

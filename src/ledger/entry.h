@@ -17,6 +17,7 @@
 //                 "reason"}
 //   stake         keeper: {"node", "amount"}
 //   slash         keeper: {"node", "amount", "reason"}
+//   approval      keeper: {"node"} (the pool owner admits the address)
 //   eviction      keeper: {"node", "reason"}
 //   policy        keeper or the trainer: {"version"}
 #pragma once

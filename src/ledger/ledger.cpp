@@ -59,6 +59,22 @@ std::string Ledger::role_of(const std::string& address) const {
   return role;
 }
 
+int64_t Ledger::stake_of(const std::string& node) const {
+  sqlite::Statement q(db_,
+                      "SELECT COALESCE(SUM(CASE kind WHEN 'stake' THEN json_extract(body, "
+                      "'$.amount') ELSE -json_extract(body, '$.amount') END), 0) FROM ledger "
+                      "WHERE kind IN ('stake', 'slash') AND json_extract(body, '$.node') = ?");
+  q.bind(node);
+  return q.step() ? q.i64(0) : 0;
+}
+
+bool Ledger::approved(const std::string& node) const {
+  sqlite::Statement q(
+      db_, "SELECT 1 FROM ledger WHERE kind = 'approval' AND json_extract(body, '$.node') = ?");
+  q.bind(node);
+  return q.step();
+}
+
 Entry Ledger::append(const Statement& s) {
   (void)checked_body(s);
   if (!verify_signature(s.author, statement_message(id_, s), s.signature)) {

@@ -39,6 +39,10 @@ class Ledger {
 
   // The role the ledger granted `address` ("trainer", "validator"; "" for none).
   std::string role_of(const std::string& address) const;
+  // Work units staked for `node`, less those slashed.
+  int64_t stake_of(const std::string& node) const;
+  // Whether an approval entry names `node`.
+  bool approved(const std::string& node) const;
 
  private:
   const sqlite::Database& db_;

@@ -231,9 +231,8 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.secrets_dir = secrets_dir(config, run_dir);
   o.key_file = config.get<std::string>("orchestrator.key_file");
   o.signature_window_s = config.get_at_least<int64_t>("orchestrator.signature_window_s", 1);
-  o.validation = config.get<bool>("orchestrator.validation");
+  o.pool = pool_policy(config);
   o.validation_lease_s = config.get_at_least<int64_t>("orchestrator.validation_lease_s", 1);
-  o.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
   o.work_lease_s = config.get_at_least<int64_t>("orchestrator.work_lease_s", 1);
   o.max_backlog_steps = config.get<double>("orchestrator.max_backlog_steps");
   o.max_concurrent_uploads = config.get_at_least<int64_t>("orchestrator.max_concurrent_uploads", 1);
@@ -279,7 +278,7 @@ struct Server::Impl {
         state(opt.data_dir / "orchestrator.sqlite", opt.run_id,
               Identity::load_or_create(
                   opt.key_file.empty() ? opt.data_dir / "keys" / "orchestrator.key" : opt.key_file),
-              {{"validation", opt.validation}, {"evict_on_reject", opt.evict_on_reject}}),
+              opt.pool),
         signer(state.url_secret()),
         store(opt.data_dir),
         validating(opt.data_dir / "validating"),
@@ -442,6 +441,10 @@ struct Server::Impl {
             }));
     svr.Post(R"(/nodes/([^/]+)/evict)",
              guarded([this](const auto& req, auto& res) { evict(req, res); }));
+    svr.Post(R"(/nodes/([^/]+)/stake)",
+             guarded([this](const auto& req, auto& res) { deposit_stake(req, res); }));
+    svr.Post(R"(/nodes/([^/]+)/approve)",
+             guarded([this](const auto& req, auto& res) { approve(req, res); }));
     svr.Get("/allowlist", guarded([this](const auto&, auto& res) {
               const Allowlist a = state.allowlist();
               reply_json(res, {{"revision", a.revision}, {"ips", a.ips}});
@@ -703,7 +706,10 @@ struct Server::Impl {
     // another node's file).
     if (p.starts_with("/steps/") || p.starts_with("/rollouts/")) return Role::kTrainer;
     if (p == "/allowlist") return Role::kRelay;  // the pool's node IPs
-    if (p.starts_with("/nodes/") && p.ends_with("/evict")) return Role::kTrainer;
+    if (p.starts_with("/nodes/") &&
+        (p.ends_with("/evict") || p.ends_with("/stake") || p.ends_with("/approve"))) {
+      return Role::kTrainer;  // the pool owner's
+    }
     return std::nullopt;
   }
 
@@ -759,6 +765,10 @@ struct Server::Impl {
              fmt::format("node {} is not registered: register with POST /nodes first", address));
     }
     if (n->evicted) refuse(403, "evicted", eviction_message(*n));
+    // Admitted when it registered, but a slash may have left its stake short since.
+    if (std::string why = state.admission_problem(address); !why.empty()) {
+      refuse(403, "not_admitted", why);
+    }
   }
 
   void trainer_version(const httplib::Request& req, httplib::Response& res) {
@@ -802,6 +812,7 @@ struct Server::Impl {
     const std::string ip = client_ip(req);
     const Registration r = state.register_node(address, ip, timestamp, now_s());
     if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
+    if (r.outcome == Registration::kNotAdmitted) refuse(403, "not_admitted", r.why);
     if (r.outcome == Registration::kReplayed) {
       refuse(401, "registration_replayed",
              fmt::format("node {}: a registration signed at {} is already recorded; this one is "
@@ -812,10 +823,8 @@ struct Server::Impl {
     reply_json(res, {{"address", address}, {"ip", ip}});
   }
 
-  // POST /nodes/<address>/evict: the node is refused from now on, and its IP leaves the
-  // allowlist (unless another active node shares it).
-  void evict(const httplib::Request& req, httplib::Response& res) {
-    const std::string where = "POST /nodes/<address>/evict";
+  // The node address in the path of `req` (400 unless it is one).
+  static std::string path_address(const httplib::Request& req, const std::string& where) {
     const std::string address = req.matches[1].str();
     if (!rollout::is_node_address(address)) {
       refuse(400, "malformed_request",
@@ -823,6 +832,32 @@ struct Server::Impl {
                          "key) ({})",
                          address.substr(0, 200), where));
     }
+    return address;
+  }
+
+  // POST /nodes/<address>/stake {"amount": N}: the pool owner deposits N work units to the
+  // node's stake, on the ledger (what it paid the owner is between the two of them).
+  void deposit_stake(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /nodes/<address>/stake";
+    const std::string address = path_address(req, where);
+    const int64_t amount = integer_field(parse_body(req, where), "amount", 1, INT32_MAX, where);
+    const int64_t stake = state.deposit_stake(address, amount);
+    log::info("orchestrator: node {} staked {} work units (now {})", address, amount, stake);
+    reply_json(res, {{"node", address}, {"stake", stake}});
+  }
+
+  // POST /nodes/<address>/approve: the pool owner admits the node (join = "approval").
+  void approve(const httplib::Request& req, httplib::Response& res) {
+    const std::string address = path_address(req, "POST /nodes/<address>/approve");
+    if (state.approve(address)) log::info("orchestrator: node {} approved", address);
+    reply_json(res, {{"node", address}, {"approved", true}});
+  }
+
+  // POST /nodes/<address>/evict: the node is refused from now on, and its IP leaves the
+  // allowlist (unless another active node shares it).
+  void evict(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /nodes/<address>/evict";
+    const std::string address = path_address(req, where);
     std::string reason;
     if (!req.body.empty()) {
       const Json body = parse_body(req, where);
@@ -890,7 +925,7 @@ struct Server::Impl {
     std::optional<Submission> given = state.open_assignment(node, now);
     if (!given) {
       const AdmissionRules rules{opt.steps, opt.batch_size, opt.group_size, opt.async_level,
-                                 opt.validation ? max_backlog_samples() : INT64_MAX};
+                                 opt.pool.validation ? max_backlog_samples() : INT64_MAX};
       const Admission a =
           admit(rules, state.admission_snapshot(opt.steps, opt.batch_size, now), ask);
       if (!a.step) {
@@ -1106,7 +1141,7 @@ struct Server::Impl {
     // The orchestrator's checks passed: with validators the file waits for a verdict, without
     // them it is accepted now.
     const FileCounts counts = count_file(file.rows);
-    const StepFiles* waiting = opt.validation ? &validating : nullptr;
+    const StepFiles* waiting = opt.pool.validation ? &validating : nullptr;
     {
       std::lock_guard lock(decide_mu);
       if (state.is_accepted(key)) refuse(409, "duplicate", what + " is already accepted");
@@ -1339,9 +1374,9 @@ struct Server::Impl {
     const SubmissionKey& key = row.key;
     const std::string reason = fmt::format("validator {}: {}", validator, why);
     const std::string evict_reason =
-        opt.evict_on_reject ? fmt::format("validator rejected step {} submission {}: {}", key.step,
-                                          key.submission, why)
-                            : "";
+        opt.pool.evict_on_reject ? fmt::format("validator rejected step {} submission {}: {}",
+                                               key.step, key.submission, why)
+                                 : "";
     const Rejection r =
         state.reject_validated(key, reason, validator, evict_reason, now_s(), statement);
     if (!r.rejected) refuse(409, "not_validating", describe(key) + " was decided meanwhile");

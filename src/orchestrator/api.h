@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "orchestrator/pool_policy.h"
 
 namespace trellis::orchestrator {
 
@@ -82,11 +83,10 @@ struct ApiOptions {
   // "" = <data_dir>/keys/orchestrator.key.
   std::filesystem::path key_file;
   int64_t signature_window_s = 60;  // a signed request's timestamp may be this far from now
-  // Uploads that pass the orchestrator's checks wait for a validator's verdict; false = they are
-  // accepted at once.
-  bool validation = true;
+  // Who may join, and whether uploads that pass the orchestrator's checks wait for a validator's
+  // verdict (false = accepted at once) and a node whose file a validator rejects is evicted.
+  PoolPolicy pool;
   int64_t validation_lease_s = 120;  // a claim not decided by then goes back to the queue
-  bool evict_on_reject = true;       // a node whose file a validator rejects is evicted
   int64_t work_lease_s = 600;        // an assignment holds its step's quota this long
   double max_backlog_steps = 2;      // samples awaiting a verdict or in flight, in steps' worth
   int http_threads = 16;

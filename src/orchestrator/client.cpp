@@ -265,6 +265,25 @@ void Client::evict(const std::string& address, const std::string& why) {
   if (!res || res->status != 200) fail(base_url_ + path, "eviction failed: {}", reason(res));
 }
 
+int64_t Client::deposit_stake(const std::string& address, int64_t amount) {
+  const std::string path = "/nodes/" + address + "/stake";
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post(path, Json{{"amount", amount}}.dump(), "application/json");
+  if (!res || res->status != 200) fail(base_url_ + path, "deposit refused: {}", reason(res));
+  try {
+    return Json::parse(res->body).at("stake").get<int64_t>();
+  } catch (const std::exception& e) {
+    fail(base_url_ + path, "no stake in the answer: {}", e.what());
+  }
+}
+
+void Client::approve(const std::string& address) {
+  const std::string path = "/nodes/" + address + "/approve";
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post(path, "", "application/json");
+  if (!res || res->status != 200) fail(base_url_ + path, "approval refused: {}", reason(res));
+}
+
 Allowlist Client::allowlist() {
   const Json j = get_json(base_url_, token_, timeout_s_, "/allowlist");
   Allowlist a;

@@ -116,6 +116,11 @@ class Client {
   void register_node(const Identity& node);
   // POST /nodes/<address>/evict (needs the trainer token): `address` is refused from now on.
   void evict(const std::string& address, const std::string& reason);
+  // POST /nodes/<address>/stake (the trainer token: the pool owner's): deposits `amount` work
+  // units to the node's stake; returns its stake now.
+  int64_t deposit_stake(const std::string& address, int64_t amount);
+  // POST /nodes/<address>/approve (likewise): admits the node where join = "approval".
+  void approve(const std::string& address);
   // GET /allowlist: the IPs relays may serve, and the revision that changes with them.
   Allowlist allowlist();
   // GET /nodes (needs the trainer token when the orchestrator has one)

@@ -155,8 +155,8 @@ std::string random_secret() {
 }  // namespace
 
 State::State(const std::filesystem::path& path, const std::string& run_id, Identity keeper,
-             const Json& policy)
-    : db_(path, sqlite::Database::kReadWrite), path_(path.string()) {
+             PoolPolicy policy)
+    : db_(path, sqlite::Database::kReadWrite), path_(path.string()), policy_(std::move(policy)) {
   exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
   sqlite::Transaction tx(db_);
   const std::string version = meta("schema_version");
@@ -183,7 +183,7 @@ State::State(const std::filesystem::path& path, const std::string& run_id, Ident
   }
   if (meta("policy_version").empty()) set_meta("policy_version", "0");
   if (meta("allowlist_revision").empty()) set_meta("allowlist_revision", "0");
-  ledger_ = std::make_unique<ledger::Ledger>(db_, std::move(keeper), run_id_, policy);
+  ledger_ = std::make_unique<ledger::Ledger>(db_, std::move(keeper), run_id_, policy_.to_json());
   tx.commit();
 }
 
@@ -268,6 +268,9 @@ Registration State::register_node(const std::string& address, const std::string&
   sqlite::Transaction tx(db_);
   const std::optional<Node> before = find_node(address);
   if (before && before->evicted) return {Registration::kEvicted, *before};
+  if (std::string why = admission_problem_locked(address); !why.empty()) {
+    return {Registration::kNotAdmitted, before.value_or(Node{address}), std::move(why)};
+  }
   if (before && before->registered_at > 0 &&
       (signed_at < before->signed_at || (signed_at == before->signed_at && ip != before->ip))) {
     return {Registration::kReplayed, *before};
@@ -286,6 +289,53 @@ Registration State::register_node(const std::string& address, const std::string&
   Registration out{Registration::kRegistered, *find_node(address)};
   tx.commit();
   return out;
+}
+
+std::string State::admission_problem(const std::string& address) {
+  std::lock_guard lock(mu_);
+  return admission_problem_locked(address);
+}
+
+std::string State::admission_problem_locked(const std::string& address) {
+  if (policy_.join == "stake") {
+    const int64_t stake = ledger_->stake_of(address);
+    if (stake >= policy_.stake) return "";
+    return fmt::format(
+        "node {} holds a stake of {} work units; this pool admits nodes with {} "
+        "(the pool owner deposits stake: trellis orchestrator stake {} {})",
+        address, stake, policy_.stake, address, policy_.stake - stake);
+  }
+  if (policy_.join == "approval" && !ledger_->approved(address)) {
+    return fmt::format(
+        "node {} is not approved: this pool admits the addresses its owner "
+        "approves (trellis orchestrator approve {})",
+        address, address);
+  }
+  return "";
+}
+
+int64_t State::deposit_stake(const std::string& address, int64_t amount) {
+  if (amount <= 0) fail("stake", "a deposit must be positive, got {}", amount);
+  std::lock_guard lock(mu_);
+  sqlite::Transaction tx(db_);
+  ledger_->record("stake", {{"node", address}, {"amount", amount}});
+  const int64_t stake = ledger_->stake_of(address);
+  tx.commit();
+  return stake;
+}
+
+bool State::approve(const std::string& address) {
+  std::lock_guard lock(mu_);
+  sqlite::Transaction tx(db_);
+  if (ledger_->approved(address)) return false;
+  ledger_->record("approval", {{"node", address}});
+  tx.commit();
+  return true;
+}
+
+int64_t State::stake_of(const std::string& address) {
+  std::lock_guard lock(mu_);
+  return ledger_->stake_of(address);
 }
 
 Eviction State::evict(const std::string& address, const std::string& reason, double now) {
@@ -596,6 +646,14 @@ Rejection State::reject_validated(const SubmissionKey& key, const std::string& r
          "WHERE id = ?");
   q.bind(reason).bind(validator).bind(now).bind(row->id).step();
   record_verdict(*row, false, reason, signed_verdict);
+  if (const int64_t stake = ledger_->stake_of(key.node_address); stake > 0) {
+    const int64_t taken = policy_.slash == 0 ? stake : std::min(policy_.slash, stake);
+    ledger_->record(
+        "slash",
+        {{"node", key.node_address},
+         {"amount", taken},
+         {"reason", fmt::format("step {} submission {}: {}", key.step, key.submission, reason)}});
+  }
   Stmt count(db_,
              "INSERT INTO nodes (address, rejections, last_rejection) VALUES (?, 1, ?) ON CONFLICT "
              "(address) DO UPDATE SET rejections = rejections + 1, last_rejection = "

@@ -39,6 +39,7 @@
 #include "common/sqlite.h"
 #include "ledger/ledger.h"
 #include "orchestrator/admission.h"
+#include "orchestrator/pool_policy.h"
 #include "orchestrator/step_counter.h"
 
 namespace trellis::orchestrator {
@@ -115,12 +116,14 @@ struct NodeCounts {
 // What became of a registration (State::register_node).
 struct Registration {
   enum Outcome {
-    kRegistered,  // recorded (or refreshed)
-    kEvicted,     // the node is evicted: nothing changed
-    kReplayed,    // older than the node's newest registration (or as old, from another IP)
+    kRegistered,   // recorded (or refreshed)
+    kEvicted,      // the node is evicted: nothing changed
+    kReplayed,     // older than the node's newest registration (or as old, from another IP)
+    kNotAdmitted,  // the pool's policy does not admit it (no stake, not approved): see `why`
   };
   Outcome outcome = kRegistered;
-  Node node;  // the node's row after the call
+  Node node;        // the node's row after the call
+  std::string why;  // kNotAdmitted: what the node lacks and how to get it
 };
 
 class State {
@@ -129,10 +132,11 @@ class State {
   // fresh random URL-signing secret; an existing one keeps its own (the run ID is fixed at the
   // first start). A database of the previous schema (version 1, before validators) is migrated
   // in place. Error naming the path when it cannot be opened or has an unknown schema version.
-  // The ledger is kept with `keeper` (the orchestrator's key), its pool entry naming `policy`;
-  // Error when the database's ledger is another key's.
+  // The ledger is kept with `keeper` (the orchestrator's key); `policy` decides who may register
+  // and what a rejection costs, and a new ledger's pool entry names it. Error when the
+  // database's ledger is another key's.
   State(const std::filesystem::path& path, const std::string& run_id, Identity keeper,
-        const Json& policy = Json::object());
+        PoolPolicy policy = {});
   ~State();
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -154,8 +158,21 @@ class State {
   // `signed_at` is older than its newest registration, or equal to it but from another IP (a
   // replayed request must not move the node's IP). Bumps the allowlist revision when the
   // allowed IP set changes.
+  // A node the pool's policy does not admit is refused too (kNotAdmitted), changing nothing.
   Registration register_node(const std::string& address, const std::string& ip, int64_t signed_at,
                              double now);
+  // Why the pool's policy does not admit `address` now ("" when it does): under "stake", its stake
+  // (deposits less slashes, on the ledger) is below the pool's; under "approval", the owner has
+  // not approved it.
+  std::string admission_problem(const std::string& address);
+  // Records the owner's deposit of `amount` (> 0) work units to `address`'s stake on the ledger;
+  // returns its stake now.
+  int64_t deposit_stake(const std::string& address, int64_t amount);
+  // Records the owner's approval of `address` on the ledger (once); returns false when it was
+  // approved already.
+  bool approve(const std::string& address);
+  int64_t stake_of(const std::string& address);
+  const PoolPolicy& policy() const { return policy_; }
   // Marks `address` evicted with `reason` (creating its row when it never registered); a node
   // already evicted keeps its first reason and time. Every validating submission and open
   // assignment of the node becomes rejected ("node <address> was evicted: <reason>"), even when
@@ -218,7 +235,8 @@ class State {
   // The validating row of `key` becomes rejected with `reason`, decided by `validator`; the
   // node's rejection count goes up and the reason becomes its last rejection (a row is created
   // for a node that never registered), and a non-empty `evict_reason` evicts it as evict() does;
-  // all in one transaction. `signed_verdict` as for accept_validated.
+  // all in one transaction; and the node's stake is slashed by the pool's amount (on the ledger,
+  // before the eviction). `signed_verdict` as for accept_validated.
   Rejection reject_validated(const SubmissionKey& key, const std::string& reason,
                              const std::string& validator, const std::string& evict_reason,
                              double now,
@@ -260,6 +278,7 @@ class State {
   // evict()'s work inside the caller's transaction (callers hold mu_).
   Eviction evict_locked(const std::string& address, const std::string& reason, double now);
   void migrate(const std::string& from_version);  // inside the opening transaction
+  std::string admission_problem_locked(const std::string& address);  // callers hold mu_
   // Appends the verdict on `row` to the ledger: `signed_verdict` when given (checked against
   // the row), else the orchestrator's own (callers hold mu_ and a transaction).
   void record_verdict(const Submission& row, bool accepted, const std::string& reason,
@@ -269,6 +288,7 @@ class State {
   sqlite::Database db_;
   std::string path_, run_id_, url_secret_;
   std::unique_ptr<ledger::Ledger> ledger_;
+  PoolPolicy policy_;
 };
 
 }  // namespace trellis::orchestrator

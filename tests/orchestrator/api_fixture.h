@@ -62,7 +62,7 @@ class ApiFixture : public ::testing::Test {
     o.group_size = 4;
     o.async_level = 1;
     o.max_upload_bytes = 1 << 20;
-    o.validation = false;
+    o.pool.validation = false;
     o.trainer_token = kTrainerToken;
     o.validator_token = kValidatorToken;
     o.relay_token = kRelayToken;

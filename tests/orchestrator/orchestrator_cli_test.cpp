@@ -16,6 +16,7 @@
 #include <httplib.h>
 #include <sys/stat.h>
 
+#include "cli/run_cli.h"
 #include "cli/trellis_process.h"
 #include "common/files.h"
 #include "common/hashing.h"
@@ -155,6 +156,40 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
   EXPECT_EQ(second.stop(SIGTERM, std::chrono::seconds(20)), 0) << second.log();
   EXPECT_NE(second.log().find("shutting down"), std::string::npos) << second.log();
   EXPECT_FALSE(fs::exists(run_dir / "orchestrator.url"));
+  fs::remove_all(run_dir.parent_path());
+}
+
+// The pool owner's commands against a running orchestrator under join = "stake": a node is
+// refused until `trellis orchestrator stake` deposits enough, and the deposits are on the ledger
+// that `trellis ledger` reads.
+TEST(OrchestratorCli, TheOwnersStakeCommandAdmitsANode) {
+  const fs::path run_dir = fs::temp_directory_path() /
+                           ("trellis_orchestrator_stake_" + std::to_string(::getpid())) / "pool";
+  fs::remove_all(run_dir.parent_path());
+  OrchestratorProcess server({"orchestrator", "--run-dir", run_dir.string(), "--set",
+                              "orchestrator.port=0", "--set", "orchestrator.join=stake", "--set",
+                              "orchestrator.stake=50"});
+  const std::string url =
+      server.wait_for_url(run_dir / "orchestrator.url", std::chrono::seconds(60));
+  ASSERT_FALSE(url.empty()) << server.log();
+  const Identity node = Identity::generate();
+  orchestrator::Client client(url, "", 10);
+  EXPECT_NE(error_of([&] { client.register_node(node); }).find("holds a stake of 0"),
+            std::string::npos);
+  const auto stake = [&](const std::string& amount) {
+    return run_trellis("orchestrator stake " + node.address() + " " + amount + " --run-dir " +
+                       run_dir.string());
+  };
+  auto r = stake("20");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("stake of 20 work units"), std::string::npos) << r.output;
+  EXPECT_NE(stake("-5").status, 0);
+  r = stake("30");
+  ASSERT_EQ(r.status, 0) << r.output;
+  client.register_node(node);  // admitted now
+  r = run_trellis("ledger contributions --json " + run_dir.string(), false);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(Json::parse(r.output)["staked"], 50) << r.output;
   fs::remove_all(run_dir.parent_path());
 }
 

@@ -20,6 +20,8 @@
 #include "common/hashing.h"
 #include "common/json.h"
 #include "error_of.h"
+#include "ledger/contributions.h"
+#include "ledger/verify.h"
 #include "orchestrator/api.h"
 #include "orchestrator/api_fixture.h"
 #include "orchestrator/client.h"
@@ -38,7 +40,7 @@ class Validation : public ApiFixture {
  protected:
   ApiOptions options() const {
     ApiOptions o = ApiFixture::options();
-    o.validation = true;
+    o.pool.validation = true;
     return o;
   }
 
@@ -297,7 +299,7 @@ TEST_F(Validation, ARejectionCountsEvictsAndDropsTheNodesOtherFiles) {
 
 TEST_F(Validation, WithoutEvictOnRejectTheNodeIsOnlyMarked) {
   ApiOptions o = options();
-  o.evict_on_reject = false;
+  o.pool.evict_on_reject = false;
   start(o);
   EXPECT_EQ(send(worker_).status, "validating");
   EXPECT_EQ(send(worker_).status, "validating");
@@ -692,6 +694,80 @@ TEST_F(Validation, AFullBacklogHoldsWorkBackAndSaysValidatorsAreBehind) {
   trainer_->publish_version(1);  // step 2 opens
   const std::string reason = wait_reason(*trainer_, worker_, 2, 1);
   EXPECT_CONTAINS(reason, "0 samples wait for a verdict and 8 are being generated");
+}
+
+// Under join = "stake" a node registers only with the owner's deposit; a rejected file slashes
+// its stake and evicts it, on the ledger, in the validator's own signed words; its key cannot come
+// back whatever is deposited for it. A signed verdict that is not this one is refused.
+TEST_F(Validation, StakeAdmitsARejectionSlashesAndEvictsOnTheLedger) {
+  ApiOptions o = options();
+  o.pool.join = "stake";
+  o.pool.stake = 100;
+  start(o);
+  const auto registering = [&] {
+    return test::error_of([&] { trainer_->register_node(worker_); });
+  };
+  EXPECT_CONTAINS(registering(), "trellis orchestrator stake " + worker_.address() + " 100");
+  Client stranger(server_->url(), "", 10);  // only the owner deposits
+  EXPECT_CONTAINS(test::error_of([&] { stranger.deposit_stake(worker_.address(), 100); }),
+                  "needs the trainer's bearer token");
+  EXPECT_EQ(trainer_->deposit_stake(worker_.address(), 60), 60);
+  EXPECT_CONTAINS(registering(), "holds a stake of 60 work units");
+  EXPECT_EQ(trainer_->deposit_stake(worker_.address(), 40), 100);
+  EXPECT_EQ(send(worker_).status, "validating");  // registered now
+
+  const ValidationClaim c = claim("v1");
+  const Identity key = Identity::generate();  // the validator's own
+  const auto statement = [&](bool accepted, const std::string& why) {
+    return ledger::make_statement(server_->run_id(), key, "verdict",
+                                  ledger::verdict_body(c.key.node_address, c.key.step,
+                                                       c.key.submission, c.sha256, accepted, why),
+                                  ledger::now_ms());
+  };
+  EXPECT_CONTAINS(test::error_of([&] {
+                    validator_->post_verdict(c.key, false, "forged", "v1", 2, statement(true, ""));
+                  }),
+                  "is not " + key.address() + "'s signature of this verdict");
+  EXPECT_EQ(validator_->post_verdict(c.key, false, "forged", "v1", 2, statement(false, "forged")),
+            "rejected");
+  EXPECT_CONTAINS(registering(), "was evicted");
+  EXPECT_EQ(trainer_->deposit_stake(worker_.address(), 1000), 1000);  // slashed to 0 first
+  EXPECT_CONTAINS(registering(), "was evicted");
+
+  std::vector<std::string> kinds;
+  ledger::ContributionTally tally;
+  const sqlite::Database db(dir_ / "orchestrator.sqlite", sqlite::Database::kReadOnly);
+  const auto v = ledger::verify(db, "", [&](const ledger::Entry& e, const Json& body) {
+    kinds.push_back(e.statement.kind);
+    if (e.statement.kind == "verdict") EXPECT_EQ(e.statement.author, key.address());
+    if (e.statement.kind == "slash") EXPECT_EQ(body["amount"], 100);
+    tally.add(e, body);
+  });
+  ASSERT_TRUE(v.ok) << v.problem;
+  EXPECT_EQ(kinds, (std::vector<std::string>{"pool", "stake", "stake", "registration", "submission",
+                                             "role", "verdict", "slash", "eviction", "stake"}));
+  const auto nodes = tally.nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].staked, 1100);
+  EXPECT_EQ(nodes[0].slashed, 100);
+  EXPECT_EQ(nodes[0].rejected, 1);
+  EXPECT_TRUE(nodes[0].evicted);
+}
+
+// Under join = "approval" the owner's approval admits an address; nobody else's does.
+TEST_F(Validation, ApprovalAdmitsOnlyWhomTheOwnerApproves) {
+  ApiOptions o = options();
+  o.pool.join = "approval";
+  start(o);
+  EXPECT_CONTAINS(test::error_of([&] { trainer_->register_node(worker_); }),
+                  "trellis orchestrator approve " + worker_.address());
+  Client stranger(server_->url(), kValidatorToken, 10);
+  EXPECT_CONTAINS(test::error_of([&] { stranger.approve(worker_.address()); }),
+                  "needs the trainer's bearer token");
+  trainer_->approve(worker_.address());
+  trainer_->approve(worker_.address());  // once on the ledger
+  trainer_->register_node(worker_);
+  EXPECT_CONTAINS(test::error_of([&] { trainer_->register_node(bystander_); }), "not approved");
 }
 
 }  // namespace

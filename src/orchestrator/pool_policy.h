@@ -1,0 +1,32 @@
+// Who may join the pool and what a rejected submission costs (specs/protocol.md §5). A key is
+// free, so a node evicted under one key could return under another: joining costs something the
+// pool owner controls. Under "stake" a node needs `stake` work units escrowed on the ledger (the
+// owner deposits them: `trellis orchestrator stake`); under "approval" the owner approves each
+// address (`trellis orchestrator approve`); "open" admits any key (one machine, a trusted swarm).
+// A rejected submission slashes the node's stake by `slash` (0: all of it). The policy is the
+// ledger's pool entry.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/config.h"
+#include "common/json.h"
+
+namespace trellis::orchestrator {
+
+struct PoolPolicy {
+  std::string join = "open";  // open | stake | approval
+  int64_t stake = 0;          // work units a node must hold staked to join under "stake"
+  int64_t slash = 0;          // taken from a node's stake per rejected submission; 0 = all
+  bool validation = true;     // files wait for a validator's verdict
+  bool evict_on_reject = true;
+
+  Json to_json() const;
+};
+
+// [orchestrator] join, stake, slash, validation and evict_on_reject; Error naming the key for an
+// unknown join rule, a negative amount, or "stake" with a stake of 0.
+PoolPolicy pool_policy(const Config& config);
+
+}  // namespace trellis::orchestrator
