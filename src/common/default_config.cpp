@@ -100,6 +100,16 @@ work_lease_s = 600      # work handed to a worker holds its step's quota this lo
 max_backlog_steps = 2.0  # no new work while samples waiting for a verdict or being generated reach this many steps' worth
 trusted_proxies = []    # reverse proxies whose X-Real-IP names the client (nginx in front: `trellis orchestrator nginx-config`), e.g. ["127.0.0.1"]
 
+[discovery]             # `trellis discovery`: where nodes publish their metadata and the orchestrator finds them (docs/discovery.md)
+host = "127.0.0.1"      # address to listen on
+port = 8300             # 0 = any free port (written to <data_dir>/discovery.url once listening)
+data_dir = ""           # discovery.sqlite; "" = the run directory
+readers = []            # addresses (the orchestrator's public key) whose signed GET /nodes is answered: node endpoints are for no one else
+max_nodes_per_ip = 8    # live node addresses one IP may publish
+max_nodes = 10000       # live node addresses in all
+ttl_s = 300             # a node that stops publishing is forgotten after this many seconds
+trusted_proxies = []    # reverse proxies whose X-Real-IP names the client, e.g. ["127.0.0.1"]
+
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key
 name = "worker"         # this worker's name in logs and its key file

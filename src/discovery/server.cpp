@@ -1,0 +1,254 @@
+#include "discovery/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/hashing.h"
+#include "common/http_limits.h"
+#include "common/ip_address.h"
+#include "common/logging.h"
+#include "common/request_signing.h"
+
+namespace trellis::discovery {
+namespace {
+
+constexpr size_t kMaxNonces = 100'000;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+struct Refusal : std::runtime_error {
+  Refusal(int s, std::string c, const std::string& m)
+      : std::runtime_error(m), status(s), code(std::move(c)) {}
+  int status;
+  std::string code;
+};
+
+[[noreturn]] void refuse(int status, const std::string& code, const std::string& message) {
+  throw Refusal(status, code, message);
+}
+
+void reply_json(httplib::Response& res, const Json& j, int status = 200) {
+  res.status = status;
+  res.set_content(json_text(j), "application/json");
+}
+
+}  // namespace
+
+ServerOptions server_options(const Config& config, const std::filesystem::path& run_dir) {
+  ServerOptions o;
+  o.host = config.get<std::string>("discovery.host");
+  const int64_t port = config.get_at_least<int64_t>("discovery.port", 0);
+  if (port > 65535) fail("discovery.port", "a port is at most 65535, got {}", port);
+  o.port = static_cast<int>(port);
+  const std::string dir = config.get<std::string>("discovery.data_dir");
+  o.data_dir = dir.empty() ? run_dir : std::filesystem::path(dir);
+  o.readers = config.get_list<std::string>("discovery.readers");
+  for (size_t i = 0; i < o.readers.size(); ++i) {
+    if (!is_node_address(o.readers[i])) {
+      fail(fmt::format("discovery.readers[{}]", i),
+           "'{}' is not an address (64 lowercase hex digits: the orchestrator's public key)",
+           o.readers[i].substr(0, 100));
+    }
+  }
+  if (o.readers.empty()) {
+    fail("discovery.readers",
+         "is empty, so no one could list the nodes: set it to the orchestrator's address (its "
+         "public key, which `trellis orchestrator` logs as \"ledger kept by <address>\")");
+  }
+  o.limits.max_nodes_per_ip = config.get_at_least<int64_t>("discovery.max_nodes_per_ip", 1);
+  o.limits.max_nodes = config.get_at_least<int64_t>("discovery.max_nodes", 1);
+  o.limits.ttl_s = config.get_at_least<double>("discovery.ttl_s", 1);
+  o.trusted_proxies = config.get_list<std::string>("discovery.trusted_proxies");
+  for (size_t i = 0; i < o.trusted_proxies.size(); ++i) {
+    if (!is_ip_address(o.trusted_proxies[i])) {
+      fail(fmt::format("discovery.trusted_proxies[{}]", i), "'{}' is not an IP address",
+           o.trusted_proxies[i].substr(0, 100));
+    }
+  }
+  return o;
+}
+
+struct Server::Impl {
+  ServerOptions opt;
+  SqliteStore store;
+  NonceWindow nonces;
+  httplib::Server svr;
+  std::thread thread;
+  std::string url;
+
+  explicit Impl(ServerOptions o)
+      : opt(std::move(o)),
+        store(opt.data_dir / "discovery.sqlite", opt.name, opt.limits),
+        nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())) {
+    routes();
+  }
+
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  httplib::Server::Handler guarded(Handler fn) {
+    return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const Refusal& e) {
+        log::info("discovery: refused {} {} from {}: {}", req.method, req.path, req.remote_addr,
+                  e.what());
+        reply_json(res, {{"error", e.what()}, {"code", e.code}}, e.status);
+      } catch (const Error& e) {
+        reply_json(res, {{"error", e.what()}, {"code", "malformed_request"}}, 400);
+      } catch (const std::exception& e) {
+        log::error("discovery: {} {}: {}", req.method, req.path, e.what());
+        reply_json(res, {{"error", std::string("internal error: ") + e.what()}}, 500);
+      }
+    };
+  }
+
+  void routes() {
+    svr.new_task_queue = [] { return new httplib::ThreadPool(8); };
+    svr.set_payload_max_length(static_cast<size_t>(opt.max_request_bytes));
+    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (const auto refusal = unbounded_body(req, static_cast<size_t>(opt.max_request_bytes))) {
+        refuse_and_close(res, refusal->status, refusal->code, refusal->message);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    svr.Get("/healthz",
+            guarded([](const auto&, auto& res) { res.set_content("ok", "text/plain"); }));
+    svr.Get("/status", guarded([this](const auto&, auto& res) {
+              reply_json(res, {{"id", store.id()}, {"nodes", store.live_count(now_s())}});
+            }));
+    svr.Put(R"(/nodes/([^/]+))",
+            guarded([this](const auto& req, auto& res) { publish(req, res); }));
+    svr.Get("/nodes", guarded([this](const auto& req, auto& res) { list(req, res); }));
+  }
+
+  // The signer of `req` once its signature, timestamp and nonce hold (401 otherwise).
+  SignedHeaders signed_request(const httplib::Request& req, const std::string& where) {
+    const SignedHeaders h{
+        req.get_header_value(kSignerHeader), req.get_header_value(kTimestampHeader),
+        req.get_header_value(kNonceHeader), req.get_header_value(kSignatureHeader)};
+    const auto now = static_cast<int64_t>(now_s());
+    const SignatureCheck check = check_signed_request(h, store.id(), req.method, req.target,
+                                                      sha256_hex(req.body), now, nonces);
+    if (check == SignatureCheck::kBusy) {
+      refuse(503, "busy", fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
+    }
+    if (check != SignatureCheck::kOk) {
+      refuse(401, "bad_signature",
+             fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
+    }
+    return h;
+  }
+
+  std::string client_ip(const httplib::Request& req) const {
+    const auto& proxies = opt.trusted_proxies;
+    if (std::find(proxies.begin(), proxies.end(), req.remote_addr) == proxies.end())
+      return req.remote_addr;
+    const std::string real = req.get_header_value("X-Real-IP");
+    if (!is_ip_address(real)) {
+      refuse(400, "malformed_request",
+             fmt::format("the request came through the trusted proxy {} without an X-Real-IP",
+                         req.remote_addr));
+    }
+    return real;
+  }
+
+  void publish(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "PUT /nodes/<address>";
+    const std::string address = req.matches[1].str();
+    if (!is_node_address(address)) {
+      refuse(400, "malformed_request",
+             fmt::format("'{}' is not a node address: 64 lowercase hex digits ({})",
+                         address.substr(0, 100), where));
+    }
+    const SignedHeaders h = signed_request(req, where);
+    if (h.signer != address) {
+      refuse(403, "wrong_signer",
+             fmt::format("{}: the request publishes node {} but is signed by {}", where, address,
+                         h.signer));
+    }
+    const NodeMetadata m = parse_node_metadata(parse_json(req.body, where), address, where);
+    const std::string ip = client_ip(req);
+    switch (store.publish(m, ip, std::stoll(h.timestamp), now_s())) {
+      case Published::kPublished:
+        break;
+      case Published::kReplayed:
+        refuse(401, "replayed",
+               fmt::format("node {}: a newer publication is recorded (a replayed or reordered "
+                           "request: sign a fresh one)",
+                           address));
+      case Published::kIpFull:
+        refuse(429, "too_many_nodes",
+               fmt::format("{} already has {} live nodes (discovery.max_nodes_per_ip)", ip,
+                           opt.limits.max_nodes_per_ip));
+      case Published::kServiceFull:
+        refuse(503, "full",
+               fmt::format("the service holds {} live nodes (discovery.max_nodes)",
+                           opt.limits.max_nodes));
+    }
+    reply_json(res, {{"address", address}, {"ip", ip}, {"ttl_s", opt.limits.ttl_s}});
+  }
+
+  void list(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "GET /nodes";
+    const SignedHeaders h = signed_request(req, where);
+    if (std::find(opt.readers.begin(), opt.readers.end(), h.signer) == opt.readers.end()) {
+      refuse(403, "not_a_reader",
+             fmt::format("{}: {} may not read node endpoints (discovery.readers lists the "
+                         "orchestrator's key)",
+                         where, h.signer));
+    }
+    Json nodes = Json::array();
+    for (const DiscoveredNode& n : store.nodes(now_s())) {
+      Json j = to_json(n.metadata);
+      j["ip"] = n.ip;
+      j["first_seen"] = n.first_seen;
+      j["last_seen"] = n.last_seen;
+      nodes.push_back(std::move(j));
+    }
+    reply_json(res, {{"nodes", nodes}});
+  }
+};
+
+Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+Server::~Server() { stop(); }
+
+int Server::start() {
+  auto& m = *impl_;
+  std::signal(SIGPIPE, SIG_IGN);
+  const int port = m.opt.port == 0 ? m.svr.bind_to_any_port(m.opt.host)
+                                   : (m.svr.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1);
+  if (port <= 0) {
+    fail(fmt::format("{}:{}", m.opt.host, m.opt.port),
+         "cannot listen on this address (in use, or not an address of this machine?)");
+  }
+  m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
+  m.url = fmt::format("http://{}:{}", m.opt.host, port);
+  write_file_atomic(m.opt.data_dir / "discovery.url", m.url + "\n");
+  log::info("discovery: {} listening on {} ({} reader{})", m.store.id(), m.url,
+            m.opt.readers.size(), m.opt.readers.size() == 1 ? "" : "s");
+  return port;
+}
+
+void Server::stop() {
+  auto& m = *impl_;
+  if (!m.thread.joinable()) return;
+  m.svr.stop();
+  m.thread.join();
+  std::error_code ec;
+  std::filesystem::remove(m.opt.data_dir / "discovery.url", ec);
+}
+
+std::string Server::url() const { return impl_->url; }
+const std::string& Server::id() const { return impl_->store.id(); }
+
+}  // namespace trellis::discovery

@@ -1,0 +1,232 @@
+// The discovery service on loopback: nodes publish signed metadata; only the orchestrator's key
+// lists endpoints; forged, replayed, malformed and oversized publications are refused naming why;
+// one IP holds at most its limit of live addresses; entries expire; the store survives a restart;
+// `trellis discovery` serves the same.
+#include "discovery/server.h"
+
+#include <httplib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "cli/trellis_process.h"
+#include "common/files.h"
+#include "common/hashing.h"
+#include "common/request_signing.h"
+#include "discovery/client.h"
+#include "error_of.h"
+
+namespace trellis::discovery {
+namespace {
+
+namespace fs = std::filesystem;
+
+#define EXPECT_CONTAINS(haystack, needle)                                                       \
+  EXPECT_NE((haystack).find(needle), std::string::npos) << "missing '" << (needle) << "' in:\n" \
+                                                        << (haystack)
+
+// The server's clock (time() reads a coarser one, which can lag into the previous second).
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+NodeMetadata metadata(const Identity& node, int port = 9100) {
+  NodeMetadata m;
+  m.address = node.address();
+  m.endpoint = "http://10.0.0.5:" + std::to_string(port);
+  m.hardware = {"AMD EPYC", 2, 24 * 1024, 100 * 1024, 1000, {{"NVIDIA H100", 80 * 1024}}};
+  m.software_version = "0.1.0";
+  return m;
+}
+
+class Discovery : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("trellis_discovery_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+  ServerOptions options() const {
+    ServerOptions o;
+    o.port = 0;
+    o.data_dir = dir_;
+    o.readers = {orchestrator_.address()};
+    return o;
+  }
+  void start(const ServerOptions& o) {
+    server_ = std::make_unique<Server>(o);
+    port_ = server_->start();
+    client_ = std::make_unique<Client>(server_->url());
+  }
+  // A raw PUT of `body` for `address`, signed by `signer` (unsigned when null).
+  httplib::Result put(const std::string& address, const std::string& body, const Identity* signer,
+                      httplib::Headers extra = {}) {
+    httplib::Client http("127.0.0.1", port_);
+    const std::string path = "/nodes/" + address;
+    httplib::Headers headers = std::move(extra);
+    if (signer) {
+      for (auto& [k, v] :
+           sign_request(*signer, client_->id(), "PUT", path, sha256_hex(body), unix_now())) {
+        headers.emplace(k, v);
+      }
+    }
+    return http.Put(path, headers, body, "application/json");
+  }
+  static std::string error_text(const httplib::Result& res) {
+    return res ? res->body : std::string("no response");
+  }
+
+  fs::path dir_;
+  Identity orchestrator_ = Identity::generate(), node_ = Identity::generate();
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<Client> client_;
+  int port_ = 0;
+};
+
+TEST_F(Discovery, EndpointsAreListedOnlyToTheOrchestrator) {
+  start(options());
+  client_->publish(node_, metadata(node_));
+  const auto nodes = client_->nodes(orchestrator_);
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].metadata.address, node_.address());
+  EXPECT_EQ(nodes[0].metadata.endpoint, "http://10.0.0.5:9100");
+  EXPECT_EQ(nodes[0].metadata.hardware.gpus.at(0).name, "NVIDIA H100");
+  EXPECT_EQ(nodes[0].metadata.hardware.memory_mib, 24 * 1024);
+  EXPECT_EQ(nodes[0].ip, "127.0.0.1");
+  // Another node, even a published one, sees nothing; nor does an unsigned request.
+  EXPECT_CONTAINS(test::error_of([&] { client_->nodes(node_); }), "may not read node endpoints");
+  httplib::Client http("127.0.0.1", port_);
+  auto res = http.Get("/nodes");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  res = http.Get("/status");  // public: how many, never where
+  ASSERT_TRUE(res);
+  EXPECT_EQ(parse_json(res->body, "status")["nodes"], 1);
+  EXPECT_EQ(res->body.find("10.0.0.5"), std::string::npos);
+}
+
+TEST_F(Discovery, ForgedMalformedAndOversizedPublicationsAreRefused) {
+  start(options());
+  const Identity other = Identity::generate();
+  const std::string good = to_json(metadata(node_)).dump();
+  auto res = put(node_.address(), good, nullptr);
+  EXPECT_EQ(res->status, 401);
+  res = put(node_.address(), good, &other);  // someone else publishing this node
+  EXPECT_EQ(res->status, 403);
+  EXPECT_CONTAINS(error_text(res), "signed by " + other.address());
+  res = put("not-an-address", good, &node_);
+  EXPECT_EQ(res->status, 400);
+  // Each malformed field is named.
+  for (const auto& [field, value, named] : std::vector<std::tuple<std::string, Json, std::string>>{
+           {"endpoint", "ftp://x", "endpoint"},
+           {"endpoint", std::string(300, 'h'), "endpoint"},
+           {"software_version", 7, "software_version"},
+           {"hardware", Json{{"cpu_model", "x"}}, "cpu_cores"}}) {
+    Json j = to_json(metadata(node_));
+    j[field] = value;
+    res = put(node_.address(), j.dump(), &node_);
+    EXPECT_EQ(res->status, 400) << field;
+    EXPECT_CONTAINS(error_text(res), named);
+  }
+  Json many = to_json(metadata(node_));
+  many["hardware"]["gpus"] = Json::array();
+  for (int i = 0; i < 65; ++i)
+    many["hardware"]["gpus"].push_back({{"name", "g"}, {"memory_mib", 1}});
+  res = put(node_.address(), many.dump(), &node_);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_CONTAINS(error_text(res), "more than 64 GPUs");
+  // 1 MiB of metadata is refused before it is read (413, or the connection closed while the
+  // client still sends): read, it would have been a 400 naming cpu_model.
+  Json padded = to_json(metadata(node_));
+  padded["hardware"]["cpu_model"] = std::string(1 << 20, 'x');
+  res = put(node_.address(), padded.dump(), &node_);
+  if (res) EXPECT_EQ(res->status, 413) << error_text(res);
+  EXPECT_EQ(httplib::Client("127.0.0.1", port_).Get("/healthz")->status, 200);
+  // The same signed request twice: the second is a replay.
+  httplib::Headers headers;
+  for (auto& [k, v] : sign_request(node_, client_->id(), "PUT", "/nodes/" + node_.address(),
+                                   sha256_hex(good), unix_now())) {
+    headers.emplace(k, v);
+  }
+  httplib::Client http("127.0.0.1", port_);
+  EXPECT_EQ(http.Put("/nodes/" + node_.address(), headers, good, "application/json")->status, 200);
+  res = http.Put("/nodes/" + node_.address(), headers, good, "application/json");
+  EXPECT_EQ(res->status, 401);
+  EXPECT_CONTAINS(error_text(res), "replay");
+  EXPECT_EQ(client_->nodes(orchestrator_).size(), 1u);  // only the honest publication
+}
+
+TEST_F(Discovery, OneIpHoldsAtMostItsLimitAndStaleEntriesExpire) {
+  ServerOptions o = options();
+  o.limits.max_nodes_per_ip = 3;
+  o.limits.ttl_s = 2;
+  start(o);
+  std::vector<Identity> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(Identity::generate());
+    client_->publish(nodes.back(), metadata(nodes.back(), 9100 + i));
+  }
+  const Identity fourth = Identity::generate();
+  EXPECT_CONTAINS(test::error_of([&] { client_->publish(fourth, metadata(fourth)); }),
+                  "already has 3 live nodes");
+  client_->publish(nodes[0], metadata(nodes[0], 9200));  // a refresh is no new node
+  for (const DiscoveredNode& n : client_->nodes(orchestrator_)) {
+    if (n.metadata.address == nodes[0].address())
+      EXPECT_EQ(n.metadata.endpoint, "http://10.0.0.5:9200");
+  }
+  // Two seconds without a refresh and the other two are gone: room for the fourth.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2100));
+  client_->publish(fourth, metadata(fourth));
+  const auto live = client_->nodes(orchestrator_);
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].metadata.address, fourth.address());
+}
+
+TEST_F(Discovery, TheStoreAndItsIdSurviveARestart) {
+  start(options());
+  const std::string id = client_->id();
+  client_->publish(node_, metadata(node_));
+  server_.reset();
+  start(options());
+  EXPECT_EQ(client_->id(), id);  // requests signed for it stay valid
+  ASSERT_EQ(client_->nodes(orchestrator_).size(), 1u);
+}
+
+TEST_F(Discovery, TheCommandServesAndRefusesAReaderThatIsNoAddress) {
+  test::TrellisProcess bad(
+      {"discovery", "--run-dir", dir_.string(), "--set", "discovery.readers=[\"orchestrator\"]"});
+  EXPECT_NE(bad.wait(std::chrono::seconds(30)), 0);
+  for (int i = 0; i < 100 && bad.log().find("readers") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the rest of its stderr
+  }
+  EXPECT_CONTAINS(bad.log(), "discovery.readers[0]");
+  test::TrellisProcess good({"discovery", "--run-dir", dir_.string(), "--set", "discovery.port=0",
+                             "--set", "discovery.readers=[\"" + orchestrator_.address() + "\"]"});
+  std::string url;
+  for (int i = 0; i < 600 && url.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    try {
+      url = read_file(dir_ / "discovery.url");
+    } catch (const Error&) {
+    }
+  }
+  ASSERT_FALSE(url.empty()) << good.log();
+  while (url.back() == '\n') url.pop_back();
+  Client client(url);
+  client.publish(node_, metadata(node_));
+  EXPECT_EQ(client.nodes(orchestrator_).size(), 1u);
+}
+
+}  // namespace
+}  // namespace trellis::discovery
