@@ -16,6 +16,7 @@ PACKAGES=(
   libsodium-dev                               # SHA-256, HMAC, Ed25519 identities and signatures
   libthrift-dev libboost-dev libzstd-dev      # Parquet rollout files: footer metadata, pages
   libsqlite3-dev sqlite3                      # the orchestrator's state and ledger; ledger tests edit it
+  redis-server libhiredis-dev                 # discovery's production backend (tests start a redis-server)
   clang libclang-rt-14-dev                    # libFuzzer for the rollout-file reader's fuzz target
   bubblewrap python3 libseccomp-dev           # the code sandbox (bwrap + seccomp) and interpreter
   libgtest-dev

@@ -109,6 +109,9 @@ max_nodes_per_ip = 8    # live node addresses one IP may publish
 max_nodes = 10000       # live node addresses in all
 ttl_s = 300             # a node that stops publishing is forgotten after this many seconds
 trusted_proxies = []    # reverse proxies whose X-Real-IP names the client, e.g. ["127.0.0.1"]
+backend = "sqlite"      # where published nodes are kept: "sqlite" (<data_dir>/discovery.sqlite) or "redis" (production)
+redis = "127.0.0.1:6379"  # HOST:PORT of redis-server when backend = "redis"
+redis_prefix = "trellis:discovery:"  # prefix of every Redis key the service writes
 
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key

@@ -15,6 +15,7 @@
 #include "common/ip_address.h"
 #include "common/logging.h"
 #include "common/request_signing.h"
+#include "discovery/redis_store.h"
 
 namespace trellis::discovery {
 namespace {
@@ -67,6 +68,12 @@ ServerOptions server_options(const Config& config, const std::filesystem::path& 
   o.limits.max_nodes_per_ip = config.get_at_least<int64_t>("discovery.max_nodes_per_ip", 1);
   o.limits.max_nodes = config.get_at_least<int64_t>("discovery.max_nodes", 1);
   o.limits.ttl_s = config.get_at_least<double>("discovery.ttl_s", 1);
+  o.backend = config.get<std::string>("discovery.backend");
+  if (o.backend != "sqlite" && o.backend != "redis") {
+    fail("discovery.backend", "'{}' is not a backend: sqlite or redis", o.backend.substr(0, 100));
+  }
+  o.redis = config.get<std::string>("discovery.redis");
+  o.redis_prefix = config.get<std::string>("discovery.redis_prefix");
   o.trusted_proxies = config.get_list<std::string>("discovery.trusted_proxies");
   for (size_t i = 0; i < o.trusted_proxies.size(); ++i) {
     if (!is_ip_address(o.trusted_proxies[i])) {
@@ -77,9 +84,17 @@ ServerOptions server_options(const Config& config, const std::filesystem::path& 
   return o;
 }
 
+std::unique_ptr<Store> open_store(const ServerOptions& o) {
+  if (o.backend == "redis") {
+    return std::make_unique<RedisStore>(o.redis, o.redis_prefix, o.name, o.limits);
+  }
+  return std::make_unique<SqliteStore>(o.data_dir / "discovery.sqlite", o.name, o.limits);
+}
+
 struct Server::Impl {
   ServerOptions opt;
-  SqliteStore store;
+  std::unique_ptr<Store> store_owner;
+  Store& store;
   NonceWindow nonces;
   httplib::Server svr;
   std::thread thread;
@@ -87,7 +102,8 @@ struct Server::Impl {
 
   explicit Impl(ServerOptions o)
       : opt(std::move(o)),
-        store(opt.data_dir / "discovery.sqlite", opt.name, opt.limits),
+        store_owner(open_store(opt)),
+        store(*store_owner),
         nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())) {
     routes();
   }
@@ -234,8 +250,8 @@ int Server::start() {
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
   m.url = fmt::format("http://{}:{}", m.opt.host, port);
   write_file_atomic(m.opt.data_dir / "discovery.url", m.url + "\n");
-  log::info("discovery: {} listening on {} ({} reader{})", m.store.id(), m.url,
-            m.opt.readers.size(), m.opt.readers.size() == 1 ? "" : "s");
+  log::info("discovery: {} listening on {} ({} store, {} reader{})", m.store.id(), m.url,
+            m.opt.backend, m.opt.readers.size(), m.opt.readers.size() == 1 ? "" : "s");
   return port;
 }
 

@@ -27,6 +27,9 @@ struct ServerOptions {
   std::string name = "discovery";    // the start of the service's id
   std::vector<std::string> readers;  // addresses whose signed GET /nodes is answered
   StoreLimits limits;
+  std::string backend = "sqlite";                   // sqlite (<data_dir>/discovery.sqlite) or redis
+  std::string redis = "127.0.0.1:6379";             // HOST:PORT when backend = redis
+  std::string redis_prefix = "trellis:discovery:";  // of every key it writes
   int64_t max_request_bytes = 16 << 10;
   int64_t signature_window_s = 60;
   std::vector<std::string> trusted_proxies;

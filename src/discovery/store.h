@@ -1,7 +1,6 @@
-// Where the discovery service keeps what nodes published: one row per address with its metadata,
-// the IP it published from and when. The embedded default is SQLite (this file); every read and
-// write is one transaction, so two publishers from one IP cannot both squeeze under its limit.
-// Entries a node stopped refreshing expire after `ttl_s`.
+// Where the discovery service keeps what nodes published: per address its metadata, the IP it
+// published from and when. Entries a node stopped refreshing expire after `ttl_s`. Backends:
+// SQLite (embedded default, below) and Redis (redis_store.h, for production).
 #pragma once
 
 #include <cstdint>
@@ -34,18 +33,31 @@ enum class Published {
   kServiceFull,  // max_nodes live nodes
 };
 
-class SqliteStore {
+// What a backend keeps; each call is atomic (two publishers from one IP never both squeeze under
+// its limit). A new store records a fresh id (`name`-<64 random bits>), which clients sign their
+// requests for; an existing one keeps its own.
+class Store {
  public:
-  // Opens (creating if needed) the database at `path`; a new one records a fresh id
-  // (`name`-<64 random bits>), which clients sign their requests for.
+  virtual ~Store() = default;
+  virtual const std::string& id() const = 0;
+  // Records `m` as published from `ip` with a request signed at `signed_at`, at `now` (unix s).
+  virtual Published publish(const NodeMetadata& m, const std::string& ip, int64_t signed_at,
+                            double now) = 0;
+  // Every live node, by address.
+  virtual std::vector<DiscoveredNode> nodes(double now) = 0;
+  virtual int64_t live_count(double now) = 0;
+};
+
+// The embedded default: one SQLite database.
+class SqliteStore : public Store {
+ public:
   SqliteStore(const std::filesystem::path& path, const std::string& name, StoreLimits limits);
 
-  const std::string& id() const { return id_; }
-  // Records `m` as published from `ip` with a request signed at `signed_at`, at `now`.
-  Published publish(const NodeMetadata& m, const std::string& ip, int64_t signed_at, double now);
-  // Every live node, by address.
-  std::vector<DiscoveredNode> nodes(double now);
-  int64_t live_count(double now);
+  const std::string& id() const override { return id_; }
+  Published publish(const NodeMetadata& m, const std::string& ip, int64_t signed_at,
+                    double now) override;
+  std::vector<DiscoveredNode> nodes(double now) override;
+  int64_t live_count(double now) override;
 
  private:
   std::mutex mu_;

@@ -1,12 +1,14 @@
-// The discovery service on loopback: nodes publish signed metadata; only the orchestrator's key
-// lists endpoints; forged, replayed, malformed and oversized publications are refused naming why;
-// one IP holds at most its limit of live addresses; entries expire; the store survives a restart;
-// `trellis discovery` serves the same.
+// The discovery service on loopback, with each backend (SQLite, and a real redis-server): nodes
+// publish signed metadata; only the orchestrator's key lists endpoints; forged, replayed,
+// malformed and oversized publications are refused naming why; one IP holds at most its limit of
+// live addresses; entries expire; the store survives a restart; `trellis discovery` serves the
+// same.
 #include "discovery/server.h"
 
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "common/request_signing.h"
 #include "discovery/client.h"
 #include "error_of.h"
+#include "redis_process.h"
 
 namespace trellis::discovery {
 namespace {
@@ -45,16 +48,20 @@ NodeMetadata metadata(const Identity& node, int port = 9100) {
   return m;
 }
 
-class Discovery : public ::testing::Test {
+// GetParam(): the backend, "sqlite" or "redis".
+class Discovery : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
     dir_ = fs::temp_directory_path() /
-           ("trellis_discovery_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+           ("trellis_discovery_" + std::to_string(::getpid()) + "_" + name);
     fs::remove_all(dir_);
+    if (GetParam() == "redis") redis_ = std::make_unique<test::RedisProcess>(dir_ / "redis");
   }
   void TearDown() override {
     server_.reset();
+    redis_.reset();
     fs::remove_all(dir_);
   }
   ServerOptions options() const {
@@ -62,7 +69,15 @@ class Discovery : public ::testing::Test {
     o.port = 0;
     o.data_dir = dir_;
     o.readers = {orchestrator_.address()};
+    o.backend = GetParam();
+    if (redis_) o.redis = redis_->address();
     return o;
+  }
+  // The --set flags of `trellis discovery` for this backend.
+  std::vector<std::string> backend_flags() const {
+    std::vector<std::string> flags = {"--set", "discovery.backend=" + GetParam()};
+    if (redis_) flags.insert(flags.end(), {"--set", "discovery.redis=" + redis_->address()});
+    return flags;
   }
   void start(const ServerOptions& o) {
     server_ = std::make_unique<Server>(o);
@@ -89,12 +104,13 @@ class Discovery : public ::testing::Test {
 
   fs::path dir_;
   Identity orchestrator_ = Identity::generate(), node_ = Identity::generate();
+  std::unique_ptr<test::RedisProcess> redis_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<Client> client_;
   int port_ = 0;
 };
 
-TEST_F(Discovery, EndpointsAreListedOnlyToTheOrchestrator) {
+TEST_P(Discovery, EndpointsAreListedOnlyToTheOrchestrator) {
   start(options());
   client_->publish(node_, metadata(node_));
   const auto nodes = client_->nodes(orchestrator_);
@@ -116,7 +132,7 @@ TEST_F(Discovery, EndpointsAreListedOnlyToTheOrchestrator) {
   EXPECT_EQ(res->body.find("10.0.0.5"), std::string::npos);
 }
 
-TEST_F(Discovery, ForgedMalformedAndOversizedPublicationsAreRefused) {
+TEST_P(Discovery, ForgedMalformedAndOversizedPublicationsAreRefused) {
   start(options());
   const Identity other = Identity::generate();
   const std::string good = to_json(metadata(node_)).dump();
@@ -167,7 +183,7 @@ TEST_F(Discovery, ForgedMalformedAndOversizedPublicationsAreRefused) {
   EXPECT_EQ(client_->nodes(orchestrator_).size(), 1u);  // only the honest publication
 }
 
-TEST_F(Discovery, OneIpHoldsAtMostItsLimitAndStaleEntriesExpire) {
+TEST_P(Discovery, OneIpHoldsAtMostItsLimitAndStaleEntriesExpire) {
   ServerOptions o = options();
   o.limits.max_nodes_per_ip = 3;
   o.limits.ttl_s = 2;
@@ -193,7 +209,7 @@ TEST_F(Discovery, OneIpHoldsAtMostItsLimitAndStaleEntriesExpire) {
   EXPECT_EQ(live[0].metadata.address, fourth.address());
 }
 
-TEST_F(Discovery, TheStoreAndItsIdSurviveARestart) {
+TEST_P(Discovery, TheStoreAndItsIdSurviveARestart) {
   start(options());
   const std::string id = client_->id();
   client_->publish(node_, metadata(node_));
@@ -203,16 +219,26 @@ TEST_F(Discovery, TheStoreAndItsIdSurviveARestart) {
   ASSERT_EQ(client_->nodes(orchestrator_).size(), 1u);
 }
 
-TEST_F(Discovery, TheCommandServesAndRefusesAReaderThatIsNoAddress) {
-  test::TrellisProcess bad(
-      {"discovery", "--run-dir", dir_.string(), "--set", "discovery.readers=[\"orchestrator\"]"});
+TEST_P(Discovery, TheCommandServesAndRefusesAReaderThatIsNoAddress) {
+  std::vector<std::string> args = {"discovery", "--run-dir", dir_.string(), "--set",
+                                   "discovery.readers=[\"orchestrator\"]"};
+  const auto flags = backend_flags();
+  args.insert(args.end(), flags.begin(), flags.end());
+  test::TrellisProcess bad(args);
   EXPECT_NE(bad.wait(std::chrono::seconds(30)), 0);
   for (int i = 0; i < 100 && bad.log().find("readers") == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the rest of its stderr
   }
   EXPECT_CONTAINS(bad.log(), "discovery.readers[0]");
-  test::TrellisProcess good({"discovery", "--run-dir", dir_.string(), "--set", "discovery.port=0",
-                             "--set", "discovery.readers=[\"" + orchestrator_.address() + "\"]"});
+  args = {"discovery",
+          "--run-dir",
+          dir_.string(),
+          "--set",
+          "discovery.port=0",
+          "--set",
+          "discovery.readers=[\"" + orchestrator_.address() + "\"]"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  test::TrellisProcess good(args);
   std::string url;
   for (int i = 0; i < 600 && url.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -226,6 +252,21 @@ TEST_F(Discovery, TheCommandServesAndRefusesAReaderThatIsNoAddress) {
   Client client(url);
   client.publish(node_, metadata(node_));
   EXPECT_EQ(client.nodes(orchestrator_).size(), 1u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Discovery, ::testing::Values("sqlite", "redis"),
+                         [](const auto& info) { return info.param; });
+
+// Redis that does not answer is named with how to fix it.
+TEST(DiscoveryRedis, AnUnreachableRedisIsNamed) {
+  ServerOptions o;
+  o.data_dir = fs::temp_directory_path();
+  o.readers = {Identity::generate().address()};
+  o.backend = "redis";
+  o.redis = "127.0.0.1:" + std::to_string(test::free_port());
+  const std::string e = test::error_of([&] { Server s(o); });
+  EXPECT_CONTAINS(e, "cannot connect to Redis at " + o.redis);
+  EXPECT_CONTAINS(e, "redis-server running");
 }
 
 }  // namespace
