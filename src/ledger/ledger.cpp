@@ -59,6 +59,12 @@ std::string Ledger::role_of(const std::string& address) const {
   return role;
 }
 
+std::pair<int64_t, std::string> Ledger::head() const {
+  sqlite::Statement q(db_, "SELECT seq, hash FROM ledger ORDER BY seq DESC LIMIT 1");
+  if (!q.step()) return {0, genesis_hash()};
+  return {q.i64(0), q.text(1)};
+}
+
 int64_t Ledger::stake_of(const std::string& node) const {
   sqlite::Statement q(db_,
                       "SELECT COALESCE(SUM(CASE kind WHEN 'stake' THEN json_extract(body, "

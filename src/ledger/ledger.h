@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "common/identity.h"
 #include "common/json.h"
@@ -39,6 +40,8 @@ class Ledger {
 
   // The role the ledger granted `address` ("trainer", "validator"; "" for none).
   std::string role_of(const std::string& address) const;
+  // The newest entry's number and hash (what to record elsewhere to detect a cut tail).
+  std::pair<int64_t, std::string> head() const;
   // Work units staked for `node`, less those slashed.
   int64_t stake_of(const std::string& node) const;
   // Whether an approval entry names `node`.

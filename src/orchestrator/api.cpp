@@ -445,6 +445,13 @@ struct Server::Impl {
              guarded([this](const auto& req, auto& res) { deposit_stake(req, res); }));
     svr.Post(R"(/nodes/([^/]+)/approve)",
              guarded([this](const auto& req, auto& res) { approve(req, res); }));
+    svr.Get("/ledger/head", guarded([this](const auto&, auto& res) {  // public: pin it anywhere
+              const auto [seq, hash] = state.ledger_head();
+              reply_json(res, {{"ledger", state.ledger().id()},
+                               {"keeper", state.ledger().keeper().address()},
+                               {"seq", seq},
+                               {"hash", hash}});
+            }));
     svr.Get("/allowlist", guarded([this](const auto&, auto& res) {
               const Allowlist a = state.allowlist();
               reply_json(res, {{"revision", a.revision}, {"ips", a.ips}});

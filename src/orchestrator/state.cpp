@@ -333,6 +333,11 @@ bool State::approve(const std::string& address) {
   return true;
 }
 
+std::pair<int64_t, std::string> State::ledger_head() {
+  std::lock_guard lock(mu_);
+  return ledger_->head();
+}
+
 int64_t State::stake_of(const std::string& address) {
   std::lock_guard lock(mu_);
   return ledger_->stake_of(address);

@@ -172,6 +172,8 @@ class State {
   // approved already.
   bool approve(const std::string& address);
   int64_t stake_of(const std::string& address);
+  // The ledger's newest entry: its number and hash.
+  std::pair<int64_t, std::string> ledger_head();
   const PoolPolicy& policy() const { return policy_; }
   // Marks `address` evicted with `reason` (creating its row when it never registered); a node
   // already evicted keeps its first reason and time. Every validating submission and open

@@ -737,8 +737,10 @@ TEST_F(Validation, StakeAdmitsARejectionSlashesAndEvictsOnTheLedger) {
   std::vector<std::string> kinds;
   ledger::ContributionTally tally;
   const sqlite::Database db(dir_ / "orchestrator.sqlite", sqlite::Database::kReadOnly);
+  std::string last_hash;
   const auto v = ledger::verify(db, "", [&](const ledger::Entry& e, const Json& body) {
     kinds.push_back(e.statement.kind);
+    last_hash = e.hash;
     if (e.statement.kind == "verdict") EXPECT_EQ(e.statement.author, key.address());
     if (e.statement.kind == "slash") EXPECT_EQ(body["amount"], 100);
     tally.add(e, body);
@@ -752,6 +754,15 @@ TEST_F(Validation, StakeAdmitsARejectionSlashesAndEvictsOnTheLedger) {
   EXPECT_EQ(nodes[0].slashed, 100);
   EXPECT_EQ(nodes[0].rejected, 1);
   EXPECT_TRUE(nodes[0].evicted);
+  // The head anyone may pin (public): the newest entry, kept by the orchestrator.
+  const auto head = http_->Get("/ledger/head");
+  ASSERT_TRUE(head);
+  ASSERT_EQ(head->status, 200);
+  const Json h = parse_json(head->body, "head");
+  EXPECT_EQ(h["seq"], 10);
+  EXPECT_EQ(h["hash"], last_hash);
+  EXPECT_EQ(h["keeper"], v.keeper);
+  EXPECT_EQ(h["ledger"], server_->run_id());
 }
 
 // Under join = "approval" the owner's approval admits an address; nobody else's does.
