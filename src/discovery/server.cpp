@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/http_limits.h"
+#include "common/http_service.h"
 #include "common/ip_address.h"
 #include "common/logging.h"
 #include "common/request_signing.h"
@@ -24,22 +25,6 @@ constexpr size_t kMaxNonces = 100'000;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-struct Refusal : std::runtime_error {
-  Refusal(int s, std::string c, const std::string& m)
-      : std::runtime_error(m), status(s), code(std::move(c)) {}
-  int status;
-  std::string code;
-};
-
-[[noreturn]] void refuse(int status, const std::string& code, const std::string& message) {
-  throw Refusal(status, code, message);
-}
-
-void reply_json(httplib::Response& res, const Json& j, int status = 200) {
-  res.status = status;
-  res.set_content(json_text(j), "application/json");
 }
 
 }  // namespace
@@ -146,37 +131,6 @@ struct Server::Impl {
     svr.Get("/nodes", guarded([this](const auto& req, auto& res) { list(req, res); }));
   }
 
-  // The signer of `req` once its signature, timestamp and nonce hold (401 otherwise).
-  SignedHeaders signed_request(const httplib::Request& req, const std::string& where) {
-    const SignedHeaders h{
-        req.get_header_value(kSignerHeader), req.get_header_value(kTimestampHeader),
-        req.get_header_value(kNonceHeader), req.get_header_value(kSignatureHeader)};
-    const auto now = static_cast<int64_t>(now_s());
-    const SignatureCheck check = check_signed_request(h, store.id(), req.method, req.target,
-                                                      sha256_hex(req.body), now, nonces);
-    if (check == SignatureCheck::kBusy) {
-      refuse(503, "busy", fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
-    }
-    if (check != SignatureCheck::kOk) {
-      refuse(401, "bad_signature",
-             fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
-    }
-    return h;
-  }
-
-  std::string client_ip(const httplib::Request& req) const {
-    const auto& proxies = opt.trusted_proxies;
-    if (std::find(proxies.begin(), proxies.end(), req.remote_addr) == proxies.end())
-      return req.remote_addr;
-    const std::string real = req.get_header_value("X-Real-IP");
-    if (!is_ip_address(real)) {
-      refuse(400, "malformed_request",
-             fmt::format("the request came through the trusted proxy {} without an X-Real-IP",
-                         req.remote_addr));
-    }
-    return real;
-  }
-
   void publish(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "PUT /nodes/<address>";
     const std::string address = req.matches[1].str();
@@ -185,14 +139,15 @@ struct Server::Impl {
              fmt::format("'{}' is not a node address: 64 lowercase hex digits ({})",
                          address.substr(0, 100), where));
     }
-    const SignedHeaders h = signed_request(req, where);
+    const SignedHeaders h =
+        require_signed_request(req, store.id(), sha256_hex(req.body), nonces, where);
     if (h.signer != address) {
       refuse(403, "wrong_signer",
              fmt::format("{}: the request publishes node {} but is signed by {}", where, address,
                          h.signer));
     }
     const NodeMetadata m = parse_node_metadata(parse_json(req.body, where), address, where);
-    const std::string ip = client_ip(req);
+    const std::string ip = client_ip(req, opt.trusted_proxies);
     switch (store.publish(m, ip, std::stoll(h.timestamp), now_s())) {
       case Published::kPublished:
         break;
@@ -215,7 +170,8 @@ struct Server::Impl {
 
   void list(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "GET /nodes";
-    const SignedHeaders h = signed_request(req, where);
+    const SignedHeaders h =
+        require_signed_request(req, store.id(), sha256_hex(req.body), nonces, where);
     if (std::find(opt.readers.begin(), opt.readers.end(), h.signer) == opt.readers.end()) {
       refuse(403, "not_a_reader",
              fmt::format("{}: {} may not read node endpoints (discovery.readers lists the "

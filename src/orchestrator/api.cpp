@@ -17,6 +17,7 @@
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/http_limits.h"
+#include "common/http_service.h"
 #include "common/identity.h"
 #include "common/ip_address.h"
 #include "common/json.h"
@@ -43,23 +44,6 @@ constexpr double kBehindWindowS = 10;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// A refused request: its HTTP status, a short reason code for /metrics, and the message.
-struct Refusal : std::runtime_error {
-  Refusal(int status, std::string kind, const std::string& message)
-      : std::runtime_error(message), status(status), kind(std::move(kind)) {}
-  int status;
-  std::string kind;
-};
-
-[[noreturn]] void refuse(int status, const std::string& kind, const std::string& message) {
-  throw Refusal(status, kind, message);
-}
-
-void reply_json(httplib::Response& res, const Json& j, int status = 200) {
-  res.status = status;
-  res.set_content(json_text(j), "application/json");
 }
 
 // A non-negative decimal integer without sign (path segments: steps).
@@ -344,11 +328,11 @@ struct Server::Impl {
       try {
         fn(req, res);
       } catch (const Refusal& e) {
-        count_refusal(e.kind);
+        count_refusal(e.code);
         if (e.status != 422) {  // rejections were logged as decisions
           log::info("orchestrator: refused {} {}: {}", req.method, req.path, e.what());
         }
-        reply_json(res, {{"error", e.what()}, {"code", e.kind}}, e.status);
+        reply_json(res, {{"error", e.what()}, {"code", e.code}}, e.status);
       } catch (const Error& e) {
         count_refusal("malformed_request");
         reply_json(res, {{"error", e.what()}}, 400);
@@ -743,19 +727,7 @@ struct Server::Impl {
   // unsigned, forged, stale or replayed request, 403 for a signature by another node.
   int64_t require_signed_by(const httplib::Request& req, const std::string& claimed,
                             const std::string& body_sha256, const std::string& where) {
-    const SignedHeaders h{
-        req.get_header_value(kSignerHeader), req.get_header_value(kTimestampHeader),
-        req.get_header_value(kNonceHeader), req.get_header_value(kSignatureHeader)};
-    const auto now = static_cast<int64_t>(now_s());
-    const SignatureCheck check =
-        check_signed_request(h, state.run_id(), req.method, req.target, body_sha256, now, nonces);
-    if (check == SignatureCheck::kBusy) {
-      refuse(503, "busy", fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
-    }
-    if (check != SignatureCheck::kOk) {
-      refuse(401, "bad_signature",
-             fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
-    }
+    const SignedHeaders h = require_signed_request(req, state.run_id(), body_sha256, nonces, where);
     if (h.signer != claimed) {
       refuse(403, "wrong_signer",
              fmt::format("{}: the request names node {} but is signed by {}", where, claimed,
@@ -793,22 +765,6 @@ struct Server::Impl {
                {{"policy_version", newest}, {"trainer_public_key", state.trainer_public_key()}});
   }
 
-  // The client's address: the connection's, or behind a trusted proxy the X-Real-IP it sets
-  // (anyone else's header is ignored: a node cannot put another address on the allowlist).
-  std::string client_ip(const httplib::Request& req) const {
-    const auto& proxies = opt.trusted_proxies;
-    if (std::find(proxies.begin(), proxies.end(), req.remote_addr) == proxies.end())
-      return req.remote_addr;
-    const std::string real = req.get_header_value("X-Real-IP");
-    if (!is_ip_address(real)) {
-      refuse(400, "malformed_request",
-             fmt::format("the request came through the trusted proxy {} without an X-Real-IP "
-                         "address (proxy_set_header X-Real-IP $remote_addr)",
-                         req.remote_addr));
-    }
-    return real;
-  }
-
   // POST /nodes: a node proves it holds its address's key by signing the request; its IP is the
   // connection's (or a trusted proxy's X-Real-IP), and it joins the allowlist unless evicted.
   void register_node(const httplib::Request& req, httplib::Response& res) {
@@ -816,7 +772,7 @@ struct Server::Impl {
     const Json body = parse_body(req, where);
     const std::string address = address_field(body, "address", where);
     const int64_t timestamp = require_signed_by(req, address, sha256_hex(req.body), where);
-    const std::string ip = client_ip(req);
+    const std::string ip = client_ip(req, opt.trusted_proxies);
     const Registration r = state.register_node(address, ip, timestamp, now_s());
     if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
     if (r.outcome == Registration::kNotAdmitted) refuse(403, "not_admitted", r.why);

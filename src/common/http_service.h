@@ -1,0 +1,41 @@
+// What the HTTP services of Trellis (the orchestrator, discovery) share in their handlers: a
+// refusal thrown from anywhere in a handler and answered as {"error", "code"} JSON, the client's
+// IP (its connection's, or a trusted proxy's X-Real-IP), and the check of a signed request.
+#pragma once
+
+#include <httplib.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "common/request_signing.h"
+
+namespace trellis {
+
+// A refused request: its HTTP status, a short reason code (for metrics and clients), the message.
+struct Refusal : std::runtime_error {
+  Refusal(int status, std::string code, const std::string& message)
+      : std::runtime_error(message), status(status), code(std::move(code)) {}
+  int status;
+  std::string code;
+};
+
+[[noreturn]] void refuse(int status, const std::string& code, const std::string& message);
+
+void reply_json(httplib::Response& res, const Json& j, int status = 200);
+
+// The client's address: the connection's, or behind one of `trusted_proxies` the X-Real-IP it
+// sets (anyone else's header is ignored: a node cannot claim another's address). 400 when a
+// trusted proxy sent none.
+std::string client_ip(const httplib::Request& req, const std::vector<std::string>& trusted_proxies);
+
+// The headers of `req` once its signature over (`id`, method, target, the body's SHA-256
+// `body_sha256`), timestamp and nonce hold: 401 `bad_signature` for an unsigned, forged, stale or
+// replayed request, 503 `busy` when `nonces` is full. `where` starts the message.
+SignedHeaders require_signed_request(const httplib::Request& req, const std::string& id,
+                                     const std::string& body_sha256, NonceWindow& nonces,
+                                     const std::string& where);
+
+}  // namespace trellis
