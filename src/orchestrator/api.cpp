@@ -125,8 +125,10 @@ std::string address_field(const Json& body, const char* key, const std::string& 
   return v;
 }
 
-Json node_json(const Node& n) {
+Json node_json(const Node& n, const PoolPolicy& policy) {
   return {{"address", n.address},
+          {"state", node_state(n, now_s(), policy)},
+          {"heartbeat_at", n.heartbeat_at},
           {"ip", n.ip},
           {"registered_at", n.registered_at},
           {"last_seen", n.last_seen},
@@ -418,9 +420,10 @@ struct Server::Impl {
     svr.Post("/trainer/version",
              guarded([this](const auto& req, auto& res) { trainer_version(req, res); }));
     svr.Post("/nodes", guarded([this](const auto& req, auto& res) { register_node(req, res); }));
+    svr.Post("/heartbeat", guarded([this](const auto& req, auto& res) { heartbeat(req, res); }));
     svr.Get("/nodes", guarded([this](const auto&, auto& res) {  // node IPs: operators only
               Json nodes = Json::array();
-              for (const Node& n : state.nodes()) nodes.push_back(node_json(n));
+              for (const Node& n : state.nodes()) nodes.push_back(node_json(n, opt.pool));
               reply_json(res, {{"nodes", nodes}});
             }));
     svr.Post(R"(/nodes/([^/]+)/evict)",
@@ -437,7 +440,7 @@ struct Server::Impl {
                                {"hash", hash}});
             }));
     svr.Get("/allowlist", guarded([this](const auto&, auto& res) {
-              const Allowlist a = state.allowlist();
+              const Allowlist a = state.allowlist(now_s());
               reply_json(res, {{"revision", a.revision}, {"ips", a.ips}});
             }));
 
@@ -576,7 +579,7 @@ struct Server::Impl {
         nodes.registered, nodes.evicted);
     gauge("trellis_orchestrator_allowlist_revision",
           "revision of the IP allowlist relays poll (GET /allowlist)",
-          std::to_string(state.allowlist().revision));
+          std::to_string(state.allowlist(now_s()).revision));
     out +=
         "# HELP trellis_orchestrator_uploads_refused_total refused requests and rejected uploads "
         "since start, by reason\n"
@@ -744,6 +747,8 @@ struct Server::Impl {
              fmt::format("node {} is not registered: register with POST /nodes first", address));
     }
     if (n->evicted) refuse(403, "evicted", eviction_message(*n));
+    if (node_state(*n, now_s(), opt.pool) == "dead")
+      refuse(403, "not_registered", dead_message(*n));
     // Admitted when it registered, but a slash may have left its stake short since.
     if (std::string why = state.admission_problem(address); !why.empty()) {
       refuse(403, "not_admitted", why);
@@ -816,6 +821,38 @@ struct Server::Impl {
     reply_json(res, {{"node", address}, {"approved", true}});
   }
 
+  std::string dead_message(const Node& n) const {
+    return fmt::format(
+        "node {} is not registered: no heartbeat for {:.0f} s, it is Dead (more than {} missed "
+        "at orchestrator.heartbeat_s = {}); register again with POST /nodes",
+        n.address, now_s() - n.heartbeat_at, opt.pool.dead_after, opt.pool.heartbeat_s);
+  }
+
+  // POST /heartbeat {node_address, state?, metrics?}, signed by the node: it is alive. The answer
+  // says how often to send the next, and (with the tasks API) what to run.
+  void heartbeat(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /heartbeat";
+    const Json body = parse_body(req, where);
+    const std::string address = address_field(body, "node_address", where);
+    require_signed_by(req, address, sha256_hex(req.body), where);
+    if (body.contains("state") && string_field(body, "state", where).size() > 64) {
+      refuse(400, "malformed_request", fmt::format("field 'state' is over 64 bytes ({})", where));
+    }
+    switch (state.heartbeat(address, now_s())) {
+      case State::Beat::kRecorded:
+        break;
+      case State::Beat::kNotRegistered:
+        refuse(403, "not_registered",
+               fmt::format("node {} is not registered: register with POST /nodes first", address));
+      case State::Beat::kEvicted:
+        refuse(403, "evicted", eviction_message(*state.node(address)));
+      case State::Beat::kDead:
+        refuse(403, "not_registered", dead_message(*state.node(address)));
+    }
+    reply_json(res,
+               {{"state", "healthy"}, {"interval_s", opt.pool.heartbeat_s}, {"task", nullptr}});
+  }
+
   // POST /nodes/<address>/evict: the node is refused from now on, and its IP leaves the
   // allowlist (unless another active node shares it).
   void evict(const httplib::Request& req, httplib::Response& res) {
@@ -838,7 +875,7 @@ struct Server::Impl {
       drop_files(e.rejected);
     }
     log_eviction(e);
-    reply_json(res, node_json(e.node));
+    reply_json(res, node_json(e.node, opt.pool));
   }
 
   void log_eviction(const Eviction& e) {

@@ -258,6 +258,23 @@ void Client::register_node(const Identity& node) {
   }
 }
 
+double Client::heartbeat(const Identity& node, const std::string& state) {
+  Json j{{"node_address", node.address()}};
+  if (!state.empty()) j["state"] = state;
+  const std::string body = j.dump();
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post("/heartbeat", signed_by(node, run_id(), "POST", "/heartbeat", sha256_hex(body)),
+                    body, "application/json");
+  if (!res || res->status != 200) {
+    fail(base_url_ + "/heartbeat", "heartbeat of node {} refused: {}", node.address(), reason(res));
+  }
+  try {
+    return Json::parse(res->body).at("interval_s").get<double>();
+  } catch (const std::exception& e) {
+    fail(base_url_ + "/heartbeat", "no interval in the answer: {}", e.what());
+  }
+}
+
 void Client::evict(const std::string& address, const std::string& why) {
   const std::string path = "/nodes/" + address + "/evict";
   auto c = connect(base_url_, token_, timeout_s_);
@@ -312,6 +329,7 @@ std::vector<Node> Client::nodes() {
       i.evicted_at = n.at("evicted_at").get<double>();
       i.rejections = n.at("rejections").get<int64_t>();
       i.last_rejection = n.at("last_rejection").get<std::string>();
+      i.heartbeat_at = n.at("heartbeat_at").get<double>();
       out.push_back(std::move(i));
     }
   } catch (const Json::exception& e) {

@@ -114,6 +114,9 @@ class Client {
   // POST /nodes: registers `node` from this machine's IP, so that relays serve it and it may ask
   // for work. Error when refused (e.g. the node was evicted).
   void register_node(const Identity& node);
+  // POST /heartbeat signed by `node`: it is alive (its agent's `state`, e.g. "running"). Returns
+  // the interval until the next. Error when refused (not registered, dead: register again).
+  double heartbeat(const Identity& node, const std::string& state = "");
   // POST /nodes/<address>/evict (needs the trainer token): `address` is refused from now on.
   void evict(const std::string& address, const std::string& reason);
   // POST /nodes/<address>/stake (the trainer token: the pool owner's): deposits `amount` work

@@ -9,7 +9,10 @@ Json PoolPolicy::to_json() const {
           {"stake", stake},
           {"slash", slash},
           {"validation", validation},
-          {"evict_on_reject", evict_on_reject}};
+          {"evict_on_reject", evict_on_reject},
+          {"heartbeat_s", heartbeat_s},
+          {"unhealthy_after", unhealthy_after},
+          {"dead_after", dead_after}};
 }
 
 PoolPolicy pool_policy(const Config& config) {
@@ -28,6 +31,16 @@ PoolPolicy pool_policy(const Config& config) {
   }
   p.validation = config.get<bool>("orchestrator.validation");
   p.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
+  p.heartbeat_s = config.get<double>("orchestrator.heartbeat_s");
+  if (!(p.heartbeat_s >= 0.05 && p.heartbeat_s <= 3600)) {
+    fail("orchestrator.heartbeat_s", "must be in [0.05, 3600] seconds, got {}", p.heartbeat_s);
+  }
+  p.unhealthy_after = config.get_at_least<int64_t>("orchestrator.unhealthy_after", 1);
+  p.dead_after = config.get_at_least<int64_t>("orchestrator.dead_after", 2);
+  if (p.dead_after <= p.unhealthy_after) {
+    fail("orchestrator.dead_after", "must be above orchestrator.unhealthy_after ({}), got {}",
+         p.unhealthy_after, p.dead_after);
+  }
   return p;
 }
 

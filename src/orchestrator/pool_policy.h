@@ -21,12 +21,17 @@ struct PoolPolicy {
   int64_t slash = 0;          // taken from a node's stake per rejected submission; 0 = all
   bool validation = true;     // files wait for a validator's verdict
   bool evict_on_reject = true;
+  // Liveness: a node that sends heartbeats is Unhealthy once it missed `unhealthy_after` of them
+  // and Dead (off the allowlist, refused until it registers again) after `dead_after`.
+  double heartbeat_s = 5;
+  int64_t unhealthy_after = 3, dead_after = 6;
 
   Json to_json() const;
 };
 
-// [orchestrator] join, stake, slash, validation and evict_on_reject; Error naming the key for an
-// unknown join rule, a negative amount, or "stake" with a stake of 0.
+// [orchestrator] join, stake, slash, validation, evict_on_reject, heartbeat_s, unhealthy_after and
+// dead_after; Error naming the key for an unknown join rule, a negative amount, "stake" with a
+// stake of 0, or dead_after not above unhealthy_after.
 PoolPolicy pool_policy(const Config& config);
 
 }  // namespace trellis::orchestrator

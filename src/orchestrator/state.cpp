@@ -12,7 +12,7 @@
 namespace trellis::orchestrator {
 namespace {
 
-constexpr const char* kSchemaVersion = "3";
+constexpr const char* kSchemaVersion = "4";
 
 // The submissions table; {} is its name (a migration builds it beside the old one).
 constexpr const char* kSubmissionsTable = R"sql(
@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS nodes (
   evicted_reason TEXT NOT NULL DEFAULT '',
   evicted_at REAL NOT NULL DEFAULT 0,
   rejections INTEGER NOT NULL DEFAULT 0,
-  last_rejection TEXT NOT NULL DEFAULT ''
+  last_rejection TEXT NOT NULL DEFAULT '',
+  heartbeat_at REAL NOT NULL DEFAULT 0
 );
 )sql";
 
@@ -94,7 +95,7 @@ FROM submissions;
 
 constexpr const char* kNodeColumns =
     "address, ip, registered_at, last_seen, signed_at, evicted, evicted_reason, evicted_at, "
-    "rejections, last_rejection";
+    "rejections, last_rejection, heartbeat_at";
 
 constexpr const char* kColumns =
     "id, step, node, submission, sha256, size, status, reason, samples, signal_samples, "
@@ -142,6 +143,7 @@ Node read_node(Stmt& q) {  // a query of kNodeColumns
   n.evicted_at = q.f64(7);
   n.rejections = q.i64(8);
   n.last_rejection = q.text(9);
+  n.heartbeat_at = q.f64(10);
   return n;
 }
 
@@ -165,7 +167,7 @@ State::State(const std::filesystem::path& path, const std::string& run_id, Ident
     exec(kNodesTable);
     exec(kIndexes);
     set_meta("schema_version", kSchemaVersion);
-  } else if (version == "1" || version == "2") {
+  } else if (version == "1" || version == "2" || version == "3") {
     migrate(version);
   } else if (version != kSchemaVersion) {
     fail(path_, "the database has schema version {}, this trellis reads versions 1 to {}", version,
@@ -190,11 +192,27 @@ State::State(const std::filesystem::path& path, const std::string& run_id, Ident
 State::~State() = default;
 
 void State::migrate(const std::string& from_version) {
-  exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions_v3").c_str());
-  exec(from_version == "1" ? kMigrateFromV1 : kMigrateFromV2);
-  exec("DROP TABLE submissions; ALTER TABLE submissions_v3 RENAME TO submissions;");
-  exec(kIndexes);
+  if (from_version != "3") {  // the submissions table of version 3
+    exec(fmt::format(fmt::runtime(kSubmissionsTable), "submissions_v3").c_str());
+    exec(from_version == "1" ? kMigrateFromV1 : kMigrateFromV2);
+    exec("DROP TABLE submissions; ALTER TABLE submissions_v3 RENAME TO submissions;");
+    exec(kIndexes);
+  }
+  exec("ALTER TABLE nodes ADD COLUMN heartbeat_at REAL NOT NULL DEFAULT 0");  // version 4
+  // The set its revision stands for (no node had heartbeats before: the clock does not matter).
+  std::string ips;
+  for (const std::string& ip : allowed_ips(0)) ips += ip + "\n";
+  set_meta("allowlist_ips", ips);
   set_meta("schema_version", kSchemaVersion);
+}
+
+std::string node_state(const Node& node, double now, const PoolPolicy& policy) {
+  if (node.evicted) return "evicted";
+  if (node.heartbeat_at <= 0) return "registered";
+  const double missed = (now - node.heartbeat_at) / policy.heartbeat_s;
+  if (missed >= static_cast<double>(policy.dead_after)) return "dead";
+  if (missed >= static_cast<double>(policy.unhealthy_after)) return "unhealthy";
+  return "healthy";
 }
 
 const std::vector<std::string>& submission_statuses() {
@@ -242,15 +260,21 @@ std::string State::trainer_public_key() {
   return meta("trainer_public_key");
 }
 
-std::vector<std::string> State::allowed_ips() {
-  Stmt q(db_, "SELECT DISTINCT ip FROM nodes WHERE evicted = 0 AND ip != '' ORDER BY ip");
+std::vector<std::string> State::allowed_ips(double now) {
+  Stmt q(db_,
+         "SELECT DISTINCT ip FROM nodes WHERE evicted = 0 AND ip != '' AND (heartbeat_at <= 0 OR "
+         "heartbeat_at > ?) ORDER BY ip");
+  q.bind(now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after));
   std::vector<std::string> out;
   while (q.step()) out.push_back(q.text(0));
   return out;
 }
 
-void State::bump_allowlist_if_changed(const std::vector<std::string>& before) {
-  if (allowed_ips() != before) {
+void State::bump_allowlist_if_changed(double now) {
+  std::string ips;
+  for (const std::string& ip : allowed_ips(now)) ips += ip + "\n";
+  if (ips != meta("allowlist_ips")) {
+    set_meta("allowlist_ips", ips);
     set_meta("allowlist_revision", std::to_string(std::stoll(meta("allowlist_revision")) + 1));
   }
 }
@@ -275,14 +299,16 @@ Registration State::register_node(const std::string& address, const std::string&
       (signed_at < before->signed_at || (signed_at == before->signed_at && ip != before->ip))) {
     return {Registration::kReplayed, *before};
   }
-  const std::vector<std::string> allowed = allowed_ips();
+  // A registration is a sign of life: a node that sends heartbeats (and may have been dead) is
+  // alive again from now.
   Stmt q(db_,
          "INSERT INTO nodes (address, ip, registered_at, last_seen, signed_at) VALUES (?, ?, ?, ?, "
          "?) ON CONFLICT (address) DO UPDATE SET ip = excluded.ip, last_seen = excluded.last_seen, "
          "signed_at = excluded.signed_at, registered_at = CASE WHEN registered_at > 0 THEN "
-         "registered_at ELSE excluded.registered_at END");
+         "registered_at ELSE excluded.registered_at END, heartbeat_at = CASE WHEN heartbeat_at > "
+         "0 THEN excluded.last_seen ELSE 0 END");
   q.bind(address).bind(ip).bind(now).bind(now).bind(signed_at).step();
-  bump_allowlist_if_changed(allowed);
+  bump_allowlist_if_changed(now);
   if (!before || before->registered_at == 0 || before->ip != ip) {
     ledger_->record("registration", {{"node", address}, {"ip", ip}});
   }
@@ -352,14 +378,13 @@ Eviction State::evict(const std::string& address, const std::string& reason, dou
 }
 
 Eviction State::evict_locked(const std::string& address, const std::string& reason, double now) {
-  const std::vector<std::string> allowed = allowed_ips();
   Stmt q(db_,
          "INSERT INTO nodes (address, evicted, evicted_reason, evicted_at) VALUES (?, 1, ?, ?) ON "
          "CONFLICT (address) DO UPDATE SET evicted = 1, evicted_reason = excluded.evicted_reason, "
          "evicted_at = excluded.evicted_at WHERE evicted = 0");
   q.bind(address).bind(reason).bind(now).step();
   if (db_.changes() == 1) ledger_->record("eviction", {{"node", address}, {"reason", reason}});
-  bump_allowlist_if_changed(allowed);
+  bump_allowlist_if_changed(now);
   Eviction out;
   out.node = *find_node(address);
   Stmt find(db_,
@@ -397,9 +422,26 @@ NodeCounts State::node_counts() {
   return {q.i64(0), q.i64(1)};
 }
 
-Allowlist State::allowlist() {
+Allowlist State::allowlist(double now) {
   std::lock_guard lock(mu_);
-  return {std::stoll(meta("allowlist_revision")), allowed_ips()};
+  sqlite::Transaction tx(db_);
+  bump_allowlist_if_changed(now);  // deaths happen by the clock, not by a request
+  Allowlist out{std::stoll(meta("allowlist_revision")), allowed_ips(now)};
+  tx.commit();
+  return out;
+}
+
+State::Beat State::heartbeat(const std::string& address, double now) {
+  std::lock_guard lock(mu_);
+  sqlite::Transaction tx(db_);
+  const std::optional<Node> n = find_node(address);
+  if (!n || n->registered_at <= 0) return Beat::kNotRegistered;
+  if (n->evicted) return Beat::kEvicted;
+  if (node_state(*n, now, policy_) == "dead") return Beat::kDead;
+  Stmt q(db_, "UPDATE nodes SET heartbeat_at = ?, last_seen = ? WHERE address = ?");
+  q.bind(now).bind(now).bind(address).step();
+  tx.commit();
+  return Beat::kRecorded;
 }
 
 std::optional<Submission> State::open_assignment(const std::string& node_address, double now) {

@@ -81,7 +81,15 @@ struct Node {
   double evicted_at = 0;
   int64_t rejections = 0;      // files of this node that validators rejected
   std::string last_rejection;  // "step <s> submission <k>: <the reason>" of the newest one
+  // Unix seconds of its newest heartbeat (or registration after one); 0 = it never sent one (a
+  // worker started without a node agent), and then liveness does not apply to it.
+  double heartbeat_at = 0;
 };
+
+// A node's state at `now` under `policy`'s liveness rules (specs/protocol.md §4): "evicted";
+// "dead" (no heartbeat for dead_after intervals), "unhealthy" (unhealthy_after), "healthy";
+// "registered" for a node that never sent a heartbeat.
+std::string node_state(const Node& node, double now, const PoolPolicy& policy);
 
 // Every submission status, in lifecycle order (the database's CHECK constraint lists the same).
 const std::vector<std::string>& submission_statuses();
@@ -185,7 +193,13 @@ class State {
   // Every node, by address.
   std::vector<Node> nodes();
   NodeCounts node_counts();
-  Allowlist allowlist();
+  // The allowlist at `now`: a node dead by then is off it (its revision moves when that changes
+  // the set).
+  Allowlist allowlist(double now);
+  // What a heartbeat of `address` at `now` found: recorded, or refused because the node is not
+  // registered, evicted, or dead (it must register again).
+  enum class Beat { kRecorded, kNotRegistered, kEvicted, kDead };
+  Beat heartbeat(const std::string& address, double now);
 
   // The node's newest open assignment (assigned, or pending: an upload URL was asked for) whose
   // lease runs past `now`, if any.
@@ -273,10 +287,11 @@ class State {
   void exec(const char* sql);
   std::string meta(const std::string& key);
   void set_meta(const std::string& key, const std::string& value);
-  std::vector<std::string> allowed_ips();                     // callers hold mu_
+  std::vector<std::string> allowed_ips(double now);           // callers hold mu_
   std::optional<Node> find_node(const std::string& address);  // callers hold mu_
   bool has_status(const SubmissionKey& key, const char* status);
-  void bump_allowlist_if_changed(const std::vector<std::string>& before);  // callers hold mu_
+  // Moves the allowlist revision when the allowed IPs at `now` differ from those it last had.
+  void bump_allowlist_if_changed(double now);  // callers hold mu_ and a transaction
   // evict()'s work inside the caller's transaction (callers hold mu_).
   Eviction evict_locked(const std::string& address, const std::string& reason, double now);
   void migrate(const std::string& from_version);  // inside the opening transaction

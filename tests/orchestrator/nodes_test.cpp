@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 #include <tuple>
 
 #include <gtest/gtest.h>
@@ -348,6 +349,77 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
   EXPECT_CONTAINS(m, "trellis_orchestrator_nodes{state=\"registered\"} 1\n");
   EXPECT_CONTAINS(m, "trellis_orchestrator_nodes{state=\"evicted\"} 2\n");
   EXPECT_CONTAINS(m, "trellis_orchestrator_uploads_refused_total{reason=\"evicted\"} ");
+}
+
+// Liveness (specs/protocol.md §4): a node that sends heartbeats is Healthy, Unhealthy after
+// unhealthy_after missed intervals, Dead after dead_after: off the allowlist at once (its revision
+// moves), refused work and heartbeats until it registers again, which brings it back. A node that
+// never sent one (a worker without an agent) is only "registered" and stays on the list.
+TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
+  ApiOptions o = options();
+  o.pool.heartbeat_s = 0.2;
+  o.pool.unhealthy_after = 3;
+  o.pool.dead_after = 6;  // 1.2 s
+  Client& trainer = start(o);
+  Client node(server_->url(), "", 10);
+  const Identity legacy = Identity::generate();
+  EXPECT_CONTAINS(test::error_of([&] { node.heartbeat(worker_); }), "not registered");
+  node.register_node(worker_);
+  node.register_node(legacy);
+  const auto state_of = [&](const Identity& who) {
+    for (const Node& n : trainer.nodes())
+      if (n.address == who.address()) return n;
+    return Node{};
+  };
+  const auto state_name = [&](const Identity& who) {
+    auto res = http_from("127.0.0.1").Get("/nodes", {{"Authorization", "Bearer " + kTrainerToken}});
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
+    if (!res) return std::string("no answer");
+    const Json listed = parse_json(res->body, "nodes");
+    for (const Json& n : listed["nodes"])
+      if (n["address"] == who.address()) return n["state"].get<std::string>();
+    return "absent from " + res->body;
+  };
+  EXPECT_EQ(node.heartbeat(worker_, "running"), 0.2);
+  EXPECT_EQ(state_name(worker_), "healthy");
+  EXPECT_EQ(state_name(legacy), "registered");
+  const int64_t revision = trainer.allowlist().revision;
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // 3.5 intervals missed
+  EXPECT_EQ(state_name(worker_), "unhealthy");
+  EXPECT_EQ(trainer.allowlist().revision, revision);            // still on it
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // 7 missed
+  EXPECT_EQ(state_name(worker_), "dead");
+  EXPECT_EQ(state_name(legacy), "registered");
+  // Both nodes share 127.0.0.1, so the dead one's IP stays through the other; what moved is its
+  // own standing: no heartbeat, no work.
+  EXPECT_CONTAINS(test::error_of([&] { node.heartbeat(worker_); }), "it is Dead");
+  EXPECT_CONTAINS(test::error_of([&] { node.request_work(worker_, 0, 1); }),
+                  "is not registered: no heartbeat");
+  node.register_node(worker_);  // back
+  EXPECT_EQ(state_name(worker_), "healthy");
+  EXPECT_EQ(node.heartbeat(worker_), 0.2);
+  EXPECT_TRUE(node.request_work(worker_, 0, 1).work.has_value());
+  EXPECT_GT(state_of(worker_).heartbeat_at, 0);
+}
+
+// A dead node's IP leaves the allowlist at once when no live node shares it.
+TEST_F(NodeRegistry, ADeadNodesIpLeavesTheAllowlist) {
+  ApiOptions o = options();
+  o.pool.heartbeat_s = 0.1;
+  o.pool.dead_after = 4;
+  o.pool.unhealthy_after = 2;
+  Client& trainer = start(o);
+  ASSERT_EQ(post("/nodes", registration(worker_, unix_now()), "127.0.0.2")->status, 200);
+  Client node(server_->url(), "", 10);
+  node.heartbeat(worker_);
+  Allowlist before = trainer.allowlist();
+  EXPECT_EQ(before.ips, Strings{"127.0.0.2"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const Allowlist after = trainer.allowlist();
+  EXPECT_TRUE(after.ips.empty());
+  EXPECT_EQ(after.revision, before.revision + 1);
+  EXPECT_CONTAINS(metrics(),
+                  "trellis_orchestrator_allowlist_revision " + std::to_string(after.revision));
 }
 
 TEST_F(NodeRegistry, StatusReportsTheTrainerPublicKeyPublishedWithAVersion) {

@@ -153,14 +153,14 @@ TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
   fs::remove_all(dir);
   const auto db = dir / "orchestrator.sqlite";
   const std::string a(64, 'a'), b(64, 'b'), c(64, 'c'), d(64, 'd'), key(64, 'e');
-  const auto ips = [](State& s) { return s.allowlist().ips; };
-  const auto revision = [](State& s) { return s.allowlist().revision; };
+  const auto ips = [](State& s) { return s.allowlist(1000).ips; };
+  const auto revision = [](State& s) { return s.allowlist(1000).revision; };
   using V = std::vector<std::string>;
   {
     State s(db, "run-1", keeper());
     EXPECT_EQ(s.trainer_public_key(), "");
-    EXPECT_EQ(s.allowlist().revision, 0);
-    EXPECT_TRUE(s.allowlist().ips.empty());
+    EXPECT_EQ(s.allowlist(1000).revision, 0);
+    EXPECT_TRUE(s.allowlist(1000).ips.empty());
 
     Registration r = s.register_node(a, "10.0.0.2", 1000, 1000.5);
     EXPECT_EQ(r.outcome, Registration::kRegistered);
@@ -227,7 +227,7 @@ TEST(State, NodesEvictionsAndTheAllowlistSurviveAReopen) {
   State s(db, "run-1", keeper());
   EXPECT_EQ(s.trainer_public_key(), std::string(64, 'f'));
   EXPECT_EQ(s.policy_version(), 4);
-  const Allowlist list = s.allowlist();
+  const Allowlist list = s.allowlist(1000);
   EXPECT_EQ(list.revision, 4);
   EXPECT_EQ(list.ips, (V{"10.0.0.1", "10.0.0.3"}));
   const auto nodes = s.nodes();
@@ -450,7 +450,7 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
     EXPECT_EQ(s.run_id(), "old-run");
     EXPECT_EQ(s.url_secret(), "ab12");
     EXPECT_EQ(s.policy_version(), 3);
-    EXPECT_EQ(s.allowlist().revision, 2);
+    EXPECT_EQ(s.allowlist(1000).revision, 2);
     const auto rows = s.submissions();
     ASSERT_EQ(rows.size(), 3u);
     EXPECT_EQ(rows[0].status, "accepted");
