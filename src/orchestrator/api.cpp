@@ -421,6 +421,12 @@ struct Server::Impl {
              guarded([this](const auto& req, auto& res) { trainer_version(req, res); }));
     svr.Post("/nodes", guarded([this](const auto& req, auto& res) { register_node(req, res); }));
     svr.Post("/heartbeat", guarded([this](const auto& req, auto& res) { heartbeat(req, res); }));
+    svr.Post("/tasks", guarded([this](const auto& req, auto& res) { create_task(req, res); }));
+    svr.Get("/tasks", guarded([this](const auto&, auto& res) {
+              Json tasks = Json::array();
+              for (const Task& t : state.tasks()) tasks.push_back(task_json(t));
+              reply_json(res, {{"tasks", tasks}});
+            }));
     svr.Get("/nodes", guarded([this](const auto&, auto& res) {  // node IPs: operators only
               Json nodes = Json::array();
               for (const Node& n : state.nodes()) nodes.push_back(node_json(n, opt.pool));
@@ -700,6 +706,7 @@ struct Server::Impl {
     // another node's file).
     if (p.starts_with("/steps/") || p.starts_with("/rollouts/")) return Role::kTrainer;
     if (p == "/allowlist") return Role::kRelay;  // the pool's node IPs
+    if (p == "/tasks") return Role::kTrainer;    // the pool owner's
     if (p.starts_with("/nodes/") &&
         (p.ends_with("/evict") || p.ends_with("/stake") || p.ends_with("/approve"))) {
       return Role::kTrainer;  // the pool owner's
@@ -849,8 +856,45 @@ struct Server::Impl {
       case State::Beat::kDead:
         refuse(403, "not_registered", dead_message(*state.node(address)));
     }
-    reply_json(res,
-               {{"state", "healthy"}, {"interval_s", opt.pool.heartbeat_s}, {"task", nullptr}});
+    const std::optional<Task> task = state.task_for(address, now_s());
+    reply_json(res, {{"state", "healthy"},
+                     {"interval_s", opt.pool.heartbeat_s},
+                     {"task", task ? task_json(*task) : Json()}});
+  }
+
+  static Json task_json(const Task& t) {
+    return {{"id", t.id},
+            {"role", t.role},
+            {"config", t.config},
+            {"node", t.node},
+            {"created_at", t.created_at},
+            {"assigned_at", t.assigned_at}};
+  }
+
+  // POST /tasks {role, config, node?}: the pool owner asks for a role to be run (by `node`, or by
+  // the next live node that sends a heartbeat without a task). The config must be one Trellis
+  // reads: it is checked here, not on the node.
+  void create_task(const httplib::Request& req, httplib::Response& res) {
+    const std::string where = "POST /tasks";
+    const Json body = parse_body(req, where);
+    const std::string role = string_field(body, "role", where);
+    const auto& roles = task_roles();
+    if (std::find(roles.begin(), roles.end(), role) == roles.end()) {
+      refuse(400, "malformed_request",
+             fmt::format("field 'role' must be worker, validator or relay ({})", where));
+    }
+    const std::string config = string_field(body, "config", where);
+    try {
+      Config::defaults().merge_toml(config, "the task's config");
+    } catch (const Error& e) {
+      refuse(400, "malformed_request", fmt::format("{} ({})", e.what(), where));
+    }
+    std::string node;
+    if (body.contains("node")) node = address_field(body, "node", where);
+    const int64_t id = state.create_task(role, config, node, now_s());
+    log::info("orchestrator: task {} ({}) created{}", id, role,
+              node.empty() ? "" : " for node " + node);
+    reply_json(res, {{"id", id}});
   }
 
   // POST /nodes/<address>/evict: the node is refused from now on, and its IP leaves the

@@ -258,7 +258,7 @@ void Client::register_node(const Identity& node) {
   }
 }
 
-double Client::heartbeat(const Identity& node, const std::string& state) {
+Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
   Json j{{"node_address", node.address()}};
   if (!state.empty()) j["state"] = state;
   const std::string body = j.dump();
@@ -269,9 +269,32 @@ double Client::heartbeat(const Identity& node, const std::string& state) {
     fail(base_url_ + "/heartbeat", "heartbeat of node {} refused: {}", node.address(), reason(res));
   }
   try {
-    return Json::parse(res->body).at("interval_s").get<double>();
+    const Json a = Json::parse(res->body);
+    Beat beat;
+    beat.interval_s = a.at("interval_s").get<double>();
+    if (!a.at("task").is_null()) {
+      const Json& t = a["task"];
+      beat.task = Task{t.at("id").get<int64_t>(),         t.at("role").get<std::string>(),
+                       t.at("config").get<std::string>(), t.at("node").get<std::string>(),
+                       t.at("created_at").get<double>(),  t.at("assigned_at").get<double>()};
+    }
+    return beat;
   } catch (const std::exception& e) {
-    fail(base_url_ + "/heartbeat", "no interval in the answer: {}", e.what());
+    fail(base_url_ + "/heartbeat", "unexpected answer: {}", e.what());
+  }
+}
+
+int64_t Client::create_task(const std::string& role, const std::string& config,
+                            const std::string& node) {
+  Json j{{"role", role}, {"config", config}};
+  if (!node.empty()) j["node"] = node;
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Post("/tasks", j.dump(), "application/json");
+  if (!res || res->status != 200) fail(base_url_ + "/tasks", "task refused: {}", reason(res));
+  try {
+    return Json::parse(res->body).at("id").get<int64_t>();
+  } catch (const std::exception& e) {
+    fail(base_url_ + "/tasks", "no id in the answer: {}", e.what());
   }
 }
 

@@ -115,8 +115,17 @@ class Client {
   // for work. Error when refused (e.g. the node was evicted).
   void register_node(const Identity& node);
   // POST /heartbeat signed by `node`: it is alive (its agent's `state`, e.g. "running"). Returns
-  // the interval until the next. Error when refused (not registered, dead: register again).
-  double heartbeat(const Identity& node, const std::string& state = "");
+  // the interval until the next and the task the node runs, if any. Error when refused (not
+  // registered, dead: register again).
+  struct Beat {
+    double interval_s = 0;
+    std::optional<Task> task;
+  };
+  Beat heartbeat(const Identity& node, const std::string& state = "");
+  // POST /tasks (the trainer token: the pool owner's): a role for `node` ("" = the next live node
+  // without one) to run with `config` (TOML); the task's id.
+  int64_t create_task(const std::string& role, const std::string& config,
+                      const std::string& node = "");
   // POST /nodes/<address>/evict (needs the trainer token): `address` is refused from now on.
   void evict(const std::string& address, const std::string& reason);
   // POST /nodes/<address>/stake (the trainer token: the pool owner's): deposits `amount` work

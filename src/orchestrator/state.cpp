@@ -57,6 +57,18 @@ CREATE TABLE IF NOT EXISTS nodes (
 );
 )sql";
 
+// Tasks came with schema 4 and only add a table: created when absent, whatever the version.
+constexpr const char* kTasksTable = R"sql(
+CREATE TABLE IF NOT EXISTS tasks (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  role TEXT NOT NULL CHECK (role IN ('worker', 'validator', 'relay')),
+  config TEXT NOT NULL,
+  node TEXT NOT NULL DEFAULT '',
+  created_at REAL NOT NULL,
+  assigned_at REAL NOT NULL DEFAULT 0
+);
+)sql";
+
 constexpr const char* kIndexes = R"sql(
 CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_open
   ON submissions (step, node, submission)
@@ -185,6 +197,7 @@ State::State(const std::filesystem::path& path, const std::string& run_id, Ident
   }
   if (meta("policy_version").empty()) set_meta("policy_version", "0");
   if (meta("allowlist_revision").empty()) set_meta("allowlist_revision", "0");
+  exec(kTasksTable);
   ledger_ = std::make_unique<ledger::Ledger>(db_, std::move(keeper), run_id_, policy_.to_json());
   tx.commit();
 }
@@ -410,6 +423,65 @@ std::vector<Node> State::nodes() {
   Stmt q(db_, fmt::format("SELECT {} FROM nodes ORDER BY address", kNodeColumns));
   std::vector<Node> out;
   while (q.step()) out.push_back(read_node(q));
+  return out;
+}
+
+const std::vector<std::string>& task_roles() {
+  static const std::vector<std::string> kRoles = {"worker", "validator", "relay"};
+  return kRoles;
+}
+
+namespace {
+
+Task read_task(Stmt& q) {  // id, role, config, node, created_at, assigned_at
+  return {q.i64(0), q.text(1), q.text(2), q.text(3), q.f64(4), q.f64(5)};
+}
+
+}  // namespace
+
+int64_t State::create_task(const std::string& role, const std::string& config,
+                           const std::string& node, double now) {
+  std::lock_guard lock(mu_);
+  sqlite::Transaction tx(db_);
+  Stmt q(db_,
+         "INSERT INTO tasks (role, config, node, created_at, assigned_at) VALUES (?, ?, ?, ?, ?)");
+  q.bind(role).bind(config).bind(node).bind(now).bind(node.empty() ? 0.0 : now).step();
+  const int64_t id = db_.last_insert_rowid();
+  tx.commit();
+  return id;
+}
+
+std::optional<Task> State::task_for(const std::string& address, double now) {
+  std::lock_guard lock(mu_);
+  sqlite::Transaction tx(db_);
+  constexpr const char* kColumns = "id, role, config, node, created_at, assigned_at";
+  Stmt mine(db_, fmt::format("SELECT {} FROM tasks WHERE node = ? ORDER BY id LIMIT 1", kColumns));
+  mine.bind(address);
+  if (mine.step()) return read_task(mine);
+  const std::optional<Node> me = find_node(address);
+  if (!me || me->evicted || node_state(*me, now, policy_) == "dead") return std::nullopt;
+  // Free: never taken, or held by a node that is gone (evicted, or dead: it sent heartbeats and
+  // stopped). A node that never sent one holds nothing (it never asked for a task).
+  Stmt free(db_, fmt::format("SELECT {} FROM tasks WHERE node = '' OR node IN (SELECT address FROM "
+                             "nodes WHERE evicted = 1 OR (heartbeat_at > 0 AND heartbeat_at <= ?)) "
+                             "ORDER BY id LIMIT 1",
+                             kColumns));
+  free.bind(now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after));
+  if (!free.step()) return std::nullopt;
+  Task t = read_task(free);
+  t.node = address;
+  t.assigned_at = now;
+  Stmt take(db_, "UPDATE tasks SET node = ?, assigned_at = ? WHERE id = ?");
+  take.bind(address).bind(now).bind(t.id).step();
+  tx.commit();
+  return t;
+}
+
+std::vector<Task> State::tasks() {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, "SELECT id, role, config, node, created_at, assigned_at FROM tasks ORDER BY id");
+  std::vector<Task> out;
+  while (q.step()) out.push_back(read_task(q));
   return out;
 }
 

@@ -13,6 +13,7 @@
 //   nodes        one row per node address: the IP it last registered from, first and last
 //                registration times, the timestamp its newest registration was signed at,
 //                whether (why, when) it was evicted, and how often validators rejected its files
+//   tasks        roles for node agents to run (id, role, config, the node that has it)
 //   ledger       the run's ledger (ledger/ledger.h), kept by the orchestrator's key: every
 //                registration (new, or from a new IP), file that passed the orchestrator's checks
 //                (with its work units: completion tokens), verdict and eviction is appended in
@@ -90,6 +91,19 @@ struct Node {
 // "dead" (no heartbeat for dead_after intervals), "unhealthy" (unhealthy_after), "healthy";
 // "registered" for a node that never sent a heartbeat.
 std::string node_state(const Node& node, double now, const PoolPolicy& policy);
+
+// A task (specs/protocol.md §4): a role for a node agent to run with a config, created by the
+// pool owner through the API and pulled by a node with its heartbeat.
+struct Task {
+  int64_t id = 0;
+  std::string role;    // worker | validator | relay
+  std::string config;  // TOML layered over the defaults when the agent starts the role
+  std::string node;    // the node running it; "" while no node has it
+  double created_at = 0, assigned_at = 0;
+};
+
+// The roles a task may name.
+const std::vector<std::string>& task_roles();
 
 // Every submission status, in lifecycle order (the database's CHECK constraint lists the same).
 const std::vector<std::string>& submission_statuses();
@@ -200,6 +214,14 @@ class State {
   // registered, evicted, or dead (it must register again).
   enum class Beat { kRecorded, kNotRegistered, kEvicted, kDead };
   Beat heartbeat(const std::string& address, double now);
+
+  // A new task for `role` with `config`, for `node` ("" = the next node that asks); its id.
+  int64_t create_task(const std::string& role, const std::string& config, const std::string& node,
+                      double now);
+  // The task `address` runs: the one it has, else (if it is alive) the oldest task no live node
+  // has (never taken, or held by a node that died since), now its. Nothing when none is left.
+  std::optional<Task> task_for(const std::string& address, double now);
+  std::vector<Task> tasks();
 
   // The node's newest open assignment (assigned, or pending: an upload URL was asked for) whose
   // lease runs past `now`, if any.

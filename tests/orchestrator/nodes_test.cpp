@@ -380,7 +380,7 @@ TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
       if (n["address"] == who.address()) return n["state"].get<std::string>();
     return "absent from " + res->body;
   };
-  EXPECT_EQ(node.heartbeat(worker_, "running"), 0.2);
+  EXPECT_EQ(node.heartbeat(worker_, "running").interval_s, 0.2);
   EXPECT_EQ(state_name(worker_), "healthy");
   EXPECT_EQ(state_name(legacy), "registered");
   const int64_t revision = trainer.allowlist().revision;
@@ -397,7 +397,7 @@ TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
                   "is not registered: no heartbeat");
   node.register_node(worker_);  // back
   EXPECT_EQ(state_name(worker_), "healthy");
-  EXPECT_EQ(node.heartbeat(worker_), 0.2);
+  EXPECT_EQ(node.heartbeat(worker_).interval_s, 0.2);
   EXPECT_TRUE(node.request_work(worker_, 0, 1).work.has_value());
   EXPECT_GT(state_of(worker_).heartbeat_at, 0);
 }
@@ -420,6 +420,46 @@ TEST_F(NodeRegistry, ADeadNodesIpLeavesTheAllowlist) {
   EXPECT_EQ(after.revision, before.revision + 1);
   EXPECT_CONTAINS(metrics(),
                   "trellis_orchestrator_allowlist_revision " + std::to_string(after.revision));
+}
+
+// Tasks (specs/protocol.md §4): the owner creates them (its token; a config Trellis reads), and
+// live nodes pull them with their heartbeats: one named for a node goes to it, an open one to the
+// first node that asks without a task, and a dead node's task to the next live one.
+TEST_F(NodeRegistry, TasksArePulledWithHeartbeatsAndADeadNodesTaskMovesOn) {
+  ApiOptions o = options();
+  o.pool.heartbeat_s = 0.1;
+  o.pool.unhealthy_after = 2;
+  o.pool.dead_after = 4;
+  Client& owner = start(o);
+  Client node(server_->url(), "", 10);
+  const Identity second = Identity::generate(), third = Identity::generate();
+  for (const Identity* n : {static_cast<const Identity*>(&worker_), &second, &third})
+    node.register_node(*n);
+  EXPECT_CONTAINS(test::error_of([&] { node.create_task("worker", "[infer]\n"); }),
+                  "needs the trainer's bearer token");
+  EXPECT_CONTAINS(test::error_of([&] { owner.create_task("miner", ""); }), "field 'role'");
+  EXPECT_CONTAINS(test::error_of([&] { owner.create_task("worker", "[infer]\nnope = 1\n"); }),
+                  "unknown config key 'infer.nope'");
+  const int64_t open = owner.create_task("worker", "[infer]\ngroups_per_submission = 2\n");
+  const int64_t named = owner.create_task("validator", "", third.address());
+  auto beat = node.heartbeat(worker_);
+  ASSERT_TRUE(beat.task);
+  EXPECT_EQ(beat.task->id, open);
+  EXPECT_EQ(beat.task->role, "worker");
+  EXPECT_EQ(beat.task->config, "[infer]\ngroups_per_submission = 2\n");
+  EXPECT_EQ(node.heartbeat(worker_).task->id, open);  // it keeps it
+  EXPECT_FALSE(node.heartbeat(second).task);          // nothing left for it
+  EXPECT_EQ(node.heartbeat(third).task->id, named);
+  // The worker goes silent and dies: its task goes to the next live node that asks.
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    node.heartbeat(second);
+    node.heartbeat(third);
+  }
+  beat = node.heartbeat(second);
+  ASSERT_TRUE(beat.task);
+  EXPECT_EQ(beat.task->id, open);
+  EXPECT_EQ(beat.task->node, second.address());
 }
 
 TEST_F(NodeRegistry, StatusReportsTheTrainerPublicKeyPublishedWithAVersion) {
