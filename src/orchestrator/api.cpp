@@ -835,8 +835,8 @@ struct Server::Impl {
         n.address, now_s() - n.heartbeat_at, opt.pool.dead_after, opt.pool.heartbeat_s);
   }
 
-  // POST /heartbeat {node_address, state?, metrics?}, signed by the node: it is alive. The answer
-  // says how often to send the next, and (with the tasks API) what to run.
+  // POST /heartbeat {node_address, state?}, signed by the node: it is alive. The answer says how
+  // often to send the next and which task the node runs (State::task_for).
   void heartbeat(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "POST /heartbeat";
     const Json body = parse_body(req, where);
