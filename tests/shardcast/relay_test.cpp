@@ -338,6 +338,14 @@ TEST(ShardcastRelay, AllowlistEntriesThatAreNotAddressesNeverReachNginx) {
   ::setenv("TRELLIS_RELAY_TOKEN", token.c_str(), 1);
   const int port = fake.bind_to_any_port("127.0.0.1");
   std::thread serving([&] { fake.listen_after_bind(); });
+  struct Joiner {  // a failure below (an ASSERT, a relay that did not start) still joins it
+    httplib::Server& server;
+    std::thread& thread;
+    ~Joiner() {
+      server.stop();
+      thread.join();
+    }
+  } joiner{fake, serving};
   const fs::path conf = tmp.path() / "allowlist.conf";
   Origin origin(tmp.path() / "origin");
   origin.publish(1, 5000, 1024);
@@ -364,8 +372,6 @@ TEST(ShardcastRelay, AllowlistEntriesThatAreNotAddressesNeverReachNginx) {
     EXPECT_EQ(status_of(manifest), 200) << bad;
   }
   EXPECT_EQ(good.find("allow all"), std::string::npos);
-  fake.stop();
-  serving.join();
 }
 
 TEST(ShardcastRelay, RequestsBeyondTheRateLimitGet429) {
