@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/error.h"
 #include "common/ip_address.h"
 
 namespace trellis {
@@ -16,6 +17,24 @@ void refuse(int status, const std::string& code, const std::string& message) {
 void reply_json(httplib::Response& res, const Json& j, int status) {
   res.status = status;
   res.set_content(json_text(j), "application/json");
+}
+
+int port_setting(const Config& config, const std::string& key) {
+  const int64_t port = config.get_at_least<int64_t>(key, 0);
+  if (port > 65535) fail(key, "a port is at most 65535, got {}", port);
+  return static_cast<int>(port);
+}
+
+std::vector<std::string> trusted_proxies_setting(const Config& config, const std::string& key) {
+  std::vector<std::string> proxies = config.get_list<std::string>(key);
+  for (size_t i = 0; i < proxies.size(); ++i) {
+    if (!is_ip_address(proxies[i])) {
+      fail(fmt::format("{}[{}]", key, i),
+           "'{}' is not an IP address (the address nginx connects from, e.g. \"127.0.0.1\")",
+           proxies[i].substr(0, 100));
+    }
+  }
+  return proxies;
 }
 
 std::string client_ip(const httplib::Request& req,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/config.h"
 #include "common/json.h"
 #include "common/request_signing.h"
 
@@ -25,6 +26,11 @@ struct Refusal : std::runtime_error {
 [[noreturn]] void refuse(int status, const std::string& code, const std::string& message);
 
 void reply_json(httplib::Response& res, const Json& j, int status = 200);
+
+// The settings every service has: its port at `key` (0 = any free port), and the trusted proxies
+// at `key` (IP addresses). Error naming the key, or the list element, that is wrong.
+int port_setting(const Config& config, const std::string& key);
+std::vector<std::string> trusted_proxies_setting(const Config& config, const std::string& key);
 
 // The client's address: the connection's, or behind one of `trusted_proxies` the X-Real-IP it
 // sets (anyone else's header is ignored: a node cannot claim another's address). 400 when a

@@ -13,7 +13,6 @@
 #include "common/hashing.h"
 #include "common/http_limits.h"
 #include "common/http_service.h"
-#include "common/ip_address.h"
 #include "common/logging.h"
 #include "common/request_signing.h"
 #include "discovery/redis_store.h"
@@ -32,9 +31,7 @@ double now_s() {
 ServerOptions server_options(const Config& config, const std::filesystem::path& run_dir) {
   ServerOptions o;
   o.host = config.get<std::string>("discovery.host");
-  const int64_t port = config.get_at_least<int64_t>("discovery.port", 0);
-  if (port > 65535) fail("discovery.port", "a port is at most 65535, got {}", port);
-  o.port = static_cast<int>(port);
+  o.port = port_setting(config, "discovery.port");
   const std::string dir = config.get<std::string>("discovery.data_dir");
   o.data_dir = dir.empty() ? run_dir : std::filesystem::path(dir);
   o.readers = config.get_list<std::string>("discovery.readers");
@@ -59,13 +56,7 @@ ServerOptions server_options(const Config& config, const std::filesystem::path& 
   }
   o.redis = config.get<std::string>("discovery.redis");
   o.redis_prefix = config.get<std::string>("discovery.redis_prefix");
-  o.trusted_proxies = config.get_list<std::string>("discovery.trusted_proxies");
-  for (size_t i = 0; i < o.trusted_proxies.size(); ++i) {
-    if (!is_ip_address(o.trusted_proxies[i])) {
-      fail(fmt::format("discovery.trusted_proxies[{}]", i), "'{}' is not an IP address",
-           o.trusted_proxies[i].substr(0, 100));
-    }
-  }
+  o.trusted_proxies = trusted_proxies_setting(config, "discovery.trusted_proxies");
   return o;
 }
 

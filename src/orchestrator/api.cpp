@@ -19,7 +19,6 @@
 #include "common/http_limits.h"
 #include "common/http_service.h"
 #include "common/identity.h"
-#include "common/ip_address.h"
 #include "common/json.h"
 #include "common/logging.h"
 #include "common/request_signing.h"
@@ -199,9 +198,7 @@ std::string validator_field(const Json& body, const std::string& where) {
 ApiOptions api_options(const Config& config, const std::filesystem::path& run_dir) {
   ApiOptions o;
   o.host = config.get<std::string>("orchestrator.host");
-  const int64_t port = config.get_at_least<int64_t>("orchestrator.port", 0);
-  if (port > 65535) fail("orchestrator.port", "a port is at most 65535, got {}", port);
-  o.port = static_cast<int>(port);
+  o.port = port_setting(config, "orchestrator.port");
   o.url = config.get<std::string>("orchestrator.url");
   const std::string data_dir = config.get<std::string>("orchestrator.data_dir");
   o.data_dir = data_dir.empty() ? run_dir : std::filesystem::path(data_dir);
@@ -222,14 +219,7 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.work_lease_s = config.get_at_least<int64_t>("orchestrator.work_lease_s", 1);
   o.max_backlog_steps = config.get<double>("orchestrator.max_backlog_steps");
   o.max_concurrent_uploads = config.get_at_least<int64_t>("orchestrator.max_concurrent_uploads", 1);
-  o.trusted_proxies = config.get_list<std::string>("orchestrator.trusted_proxies");
-  for (size_t i = 0; i < o.trusted_proxies.size(); ++i) {
-    if (!is_ip_address(o.trusted_proxies[i])) {
-      fail(fmt::format("orchestrator.trusted_proxies[{}]", i),
-           "'{}' is not an IP address (the address nginx connects from, e.g. \"127.0.0.1\")",
-           o.trusted_proxies[i].substr(0, 100));
-    }
-  }
+  o.trusted_proxies = trusted_proxies_setting(config, "orchestrator.trusted_proxies");
   if (!(o.max_backlog_steps * static_cast<double>(o.batch_size) >=
         static_cast<double>(o.group_size))) {
     fail("orchestrator.max_backlog_steps",
