@@ -141,6 +141,58 @@ const char* type_name(toml::node_type t) {
   }
 }
 
+// `key` bare where TOML allows, else quoted.
+std::string toml_key(std::string_view key) {
+  const bool bare = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+  if (bare) return std::string(key);
+  std::ostringstream os;
+  os << toml::toml_formatter{toml::value<std::string>(std::string(key))};
+  return os.str();
+}
+
+// Arrays and tables are written here, scalars by toml++: toml++ 3.3.0's formatter sizes every
+// array by casting log10 of each number to size_t, which is undefined behaviour for a float
+// below 1, an infinity, NaN or INT64_MIN (`targets = [0.5]`; found by fuzz/config_fuzz.cpp).
+void write_toml_value(std::ostream& os, const toml::node& v) {
+  if (const toml::array* a = v.as_array()) {
+    os << '[';
+    for (size_t i = 0; i < a->size(); ++i) {
+      os << (i == 0 ? "" : ", ");
+      write_toml_value(os, *a->get(i));
+    }
+    os << ']';
+  } else if (const toml::table* t = v.as_table()) {  // inline, inside an array
+    os << '{';
+    bool first = true;
+    for (const auto& [k, x] : *t) {
+      os << (first ? " " : ", ") << toml_key(k.str()) << " = ";
+      write_toml_value(os, x);
+      first = false;
+    }
+    os << " }";
+  } else {
+    os << toml::toml_formatter{v};
+  }
+}
+
+// A table's keys with values first, then each subtable under its [dotted.header].
+void write_toml_table(std::ostream& os, const toml::table& t, const std::string& path) {
+  for (const auto& [k, v] : t) {
+    if (v.is_table()) continue;
+    os << toml_key(k.str()) << " = ";
+    write_toml_value(os, v);
+    os << '\n';
+  }
+  for (const auto& [k, v] : t) {
+    if (!v.is_table()) continue;
+    const std::string header = path.empty() ? toml_key(k.str()) : path + "." + toml_key(k.str());
+    os << (os.tellp() > 0 ? "\n[" : "[") << header << "]\n";
+    write_toml_table(os, *v.as_table(), header);
+  }
+}
+
 }  // namespace
 
 Config Config::defaults() {
@@ -263,7 +315,7 @@ void Config::throw_wrong_element(std::string_view key, size_t index) const {
 
 std::string Config::to_toml() const {
   std::ostringstream os;
-  os << toml::toml_formatter{table_} << "\n";
+  write_toml_table(os, table_, "");
   return os.str();
 }
 
@@ -273,7 +325,7 @@ std::string Config::to_toml(std::string_view section) const {
   toml::table only;
   only.insert(section, *t);
   std::ostringstream os;
-  os << toml::toml_formatter{only} << "\n";
+  write_toml_table(os, only, "");
   return os.str();
 }
 
