@@ -60,7 +60,17 @@ void add_owner_commands(CLI::App* cmd) {
   auto* approve =
       cmd->add_subcommand("approve", "Admit a node, on the ledger (join = \"approval\")");
   approve->add_option("address", address, "the node's address (64 hex digits)")->required();
-  for (CLI::App* sub : {stake, approve}) {
+  static std::string role, task_config, task_node;
+  auto* task = cmd->add_subcommand(
+      "task",
+      "Create a task (worker, validator or relay) that a node agent pulls with its heartbeat");
+  task->add_option("role", role, "worker | validator | relay")->required();
+  task->add_option("task_config", task_config, "the role's Trellis TOML")
+      ->required()
+      ->check(CLI::ExistingFile);
+  task->add_option("--node", task_node,
+                   "the node to run it (default: the next live node without one)");
+  for (CLI::App* sub : {stake, approve, task}) {
     sub->add_option("--run-dir", flags.run_dir, "the orchestrator's run directory")->required();
     sub->add_option("--set", flags.overrides, "override one key: section.key=value (repeatable)");
     sub->fallthrough();
@@ -72,6 +82,10 @@ void add_owner_commands(CLI::App* cmd) {
   approve->callback([] {
     owner_client(flags).approve(address);
     std::cout << fmt::format("node {} is approved\n", address);
+  });
+  task->callback([] {
+    const int64_t id = owner_client(flags).create_task(role, read_file(task_config), task_node);
+    std::cout << fmt::format("task {} ({}) created\n", id, role);
   });
 }
 
@@ -121,7 +135,7 @@ void add_orchestrator_command(CLI::App& app) {
   });
   add_owner_commands(cmd);
   cmd->callback([cmd, nginx] {
-    for (const char* sub : {"stake", "approve"}) {
+    for (const char* sub : {"stake", "approve", "task"}) {
       if (cmd->get_subcommand(sub)->parsed()) return;
     }
     if (nginx->parsed()) return;

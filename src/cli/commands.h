@@ -28,6 +28,7 @@ void add_run_commands(CLI::App& app);        // run and quickstart
 void add_shardcast_commands(CLI::App& app);  // relay, shardcast publish / fetch
 void add_ledger_commands(CLI::App& app);     // ledger verify / show / contributions
 void add_discovery_command(CLI::App& app);   // discovery
+void add_node_command(CLI::App& app);        // node (the agent)
 void add_validate_commands(CLI::App& app);   // validate, toploc verify
 
 // --device / --dtype / --threads, shared by every command that runs the model.

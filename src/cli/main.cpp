@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   trellis::cli::add_validate_commands(app);
   trellis::cli::add_ledger_commands(app);
   trellis::cli::add_discovery_command(app);
+  trellis::cli::add_node_command(app);
   trellis::cli::add_bench_commands(app);
 
   try {

@@ -102,6 +102,17 @@ dead_after = 6          # missed heartbeats before it is Dead: off the allowlist
 work_lease_s = 600      # work handed to a worker holds its step's quota this long (admission control)
 max_backlog_steps = 2.0  # no new work while samples waiting for a verdict or being generated reach this many steps' worth
 trusted_proxies = []    # reverse proxies whose X-Real-IP names the client (nginx in front: `trellis orchestrator nginx-config`), e.g. ["127.0.0.1"]
+discovery_url = ""      # a `trellis discovery` service to invite nodes from (its discovery.readers must list this orchestrator's address, `trellis orchestrator`'s first log line); "" = no invites: nodes register themselves
+invite_sweep_s = 5.0    # seconds between sweeps of discovery for nodes to invite
+invite_ttl_s = 60       # an invite not used by then expires (the node is invited again)
+domain = ""             # what the pool trains, named in its invites; "" = env.name
+
+[orchestrator.requirements]  # what an invited node's measured hardware (published to discovery) must have
+cpu_cores = 0
+memory_mib = 0
+disk_mib = 0            # free, where the node keeps its data and weights cache
+gpus = 0                # GPUs with at least gpu_memory_mib each
+gpu_memory_mib = 0
 
 [discovery]             # `trellis discovery`: where nodes publish their metadata and the orchestrator finds them (docs/discovery.md)
 host = "127.0.0.1"      # address to listen on
@@ -115,6 +126,17 @@ trusted_proxies = []    # reverse proxies whose X-Real-IP names the client, e.g.
 backend = "sqlite"      # where published nodes are kept: "sqlite" (<data_dir>/discovery.sqlite) or "redis" (production)
 redis = "127.0.0.1:6379"  # HOST:PORT of redis-server when backend = "redis"
 redis_prefix = "trellis:discovery:"  # prefix of every Redis key the service writes
+
+[node]                  # `trellis node`: the agent on each machine; it runs the tasks a pool gives it (docs/protocol.md)
+name = "node"           # in logs; its folder is <run dir>/nodes/<name> unless data_dir is set
+data_dir = ""           # its key, weights cache, tasks and their logs; "" = <run dir>/nodes/<name>
+key_file = ""           # the node's Ed25519 key (mode 0600), also its tasks' key; "" = <data_dir>/node.key
+host = "127.0.0.1"      # address its agent listens on for invites
+port = 0                # 0 = any free port (written to <data_dir>/node.url once listening)
+endpoint = ""           # the URL published to discovery (what the orchestrator posts invites to); "" = http://<host>:<port>
+discovery_url = ""      # the discovery service it publishes itself to (required)
+pools = []              # orchestrator addresses whose invites it accepts (a pool's first log line names it)
+restart_backoff_s = 1.0  # a task process that fails is restarted after this, doubling up to 60 s while it keeps failing within 30 s
 
 [infer]                 # `trellis infer`: an untrusted inference worker
 key_file = ""           # Ed25519 key (mode 0600), created on first start; "" = <run dir>/keys/<name>.key

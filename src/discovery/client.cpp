@@ -66,7 +66,7 @@ const std::string& Client::id() {
   return id_;
 }
 
-void Client::publish(const Identity& node, const NodeMetadata& m) {
+double Client::publish(const Identity& node, const NodeMetadata& m) {
   if (m.address != node.address()) {
     fail("discovery", "metadata of {} cannot be published with the key of {}", m.address,
          node.address());
@@ -75,6 +75,11 @@ void Client::publish(const Identity& node, const NodeMetadata& m) {
   auto c = connect(base_url_, timeout_s_);
   auto res = c.Put(path, signed_by(node, id(), "PUT", path, body), body, "application/json");
   if (!res || res->status != 200) fail(base_url_ + path, "publication refused: {}", answer(res));
+  try {
+    return Json::parse(res->body).at("ttl_s").get<double>();
+  } catch (const std::exception& e) {
+    fail(base_url_ + path, "no ttl_s in the answer: {}", e.what());
+  }
 }
 
 std::vector<DiscoveredNode> Client::nodes(const Identity& reader) {

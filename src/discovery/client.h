@@ -16,7 +16,8 @@ class Client {
 
   // PUT /nodes/<address>, signed by `node` (whose address `m` must carry). Error naming the
   // service and its answer when refused (too many nodes from this IP, a bad signature...).
-  void publish(const Identity& node, const NodeMetadata& m);
+  // Returns the service's ttl_s: publish again well before it passes.
+  double publish(const Identity& node, const NodeMetadata& m);
   // GET /nodes signed by `reader` (the orchestrator's key): every live node.
   std::vector<DiscoveredNode> nodes(const Identity& reader);
   const std::string& id();  // the service's id (GET /status)

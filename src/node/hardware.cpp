@@ -109,27 +109,4 @@ discovery::Hardware measure_hardware(const std::filesystem::path& disk) {
   return hw;
 }
 
-std::vector<std::string> unmet(const discovery::Hardware& hw, const Requirements& r) {
-  std::vector<std::string> out;
-  if (hw.cpu_cores < r.cpu_cores) {
-    out.push_back(
-        fmt::format("{} CPU cores are needed, this machine has {}", r.cpu_cores, hw.cpu_cores));
-  }
-  if (hw.memory_mib < r.memory_mib) {
-    out.push_back(fmt::format("{} MiB of memory are needed, this machine has {}", r.memory_mib,
-                              hw.memory_mib));
-  }
-  if (hw.disk_mib < r.disk_mib) {
-    out.push_back(
-        fmt::format("{} MiB of free disk are needed, there are {}", r.disk_mib, hw.disk_mib));
-  }
-  int64_t big_enough = 0;
-  for (const auto& g : hw.gpus) big_enough += g.memory_mib >= r.gpu_memory_mib ? 1 : 0;
-  if (big_enough < r.gpus) {
-    out.push_back(fmt::format("{} GPUs with at least {} MiB each are needed, this machine has {}",
-                              r.gpus, r.gpu_memory_mib, big_enough));
-  }
-  return out;
-}
-
 }  // namespace trellis::node

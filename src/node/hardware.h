@@ -21,14 +21,4 @@ std::string cpu_model_of(std::string_view cpuinfo);
 int64_t memory_mib_of(std::string_view meminfo);  // MemTotal; 0 when absent
 std::vector<discovery::Gpu> gpus_of(std::string_view nvidia_smi_csv);
 
-// What a pool asks of a node.
-struct Requirements {
-  int64_t cpu_cores = 0, memory_mib = 0, disk_mib = 0;
-  int64_t gpus = 0, gpu_memory_mib = 0;  // GPUs with at least that much memory each
-};
-
-// Each requirement `hw` falls short of, as a sentence naming what is needed and what there is;
-// empty when it meets them all.
-std::vector<std::string> unmet(const discovery::Hardware& hw, const Requirements& r);
-
 }  // namespace trellis::node

@@ -25,6 +25,7 @@
 #include "ledger/entry.h"
 #include "orchestrator/admission.h"
 #include "orchestrator/credentials.h"
+#include "orchestrator/invite_sweep.h"
 #include "orchestrator/signed_url.h"
 #include "orchestrator/state.h"
 #include "orchestrator/step_counter.h"
@@ -220,6 +221,7 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
   o.max_backlog_steps = config.get<double>("orchestrator.max_backlog_steps");
   o.max_concurrent_uploads = config.get_at_least<int64_t>("orchestrator.max_concurrent_uploads", 1);
   o.trusted_proxies = trusted_proxies_setting(config, "orchestrator.trusted_proxies");
+  o.sweep = SweepOptions::from_config(config);
   if (!(o.max_backlog_steps * static_cast<double>(o.batch_size) >=
         static_cast<double>(o.group_size))) {
     fail("orchestrator.max_backlog_steps",
@@ -248,6 +250,7 @@ struct Server::Impl {
   std::mutex metrics_mu;
   std::map<std::string, int64_t> refused;  // by reason code, since start
   NonceWindow nonces;                      // of the node requests signed within the window
+  InviteSweep sweep;                       // invites nodes found in discovery (if any)
 
   explicit Impl(ApiOptions o)
       : opt(with_tokens(std::move(o))),
@@ -259,7 +262,8 @@ struct Server::Impl {
         store(opt.data_dir),
         validating(opt.data_dir / "validating"),
         rejected(opt.data_dir / "rejected"),
-        nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())) {
+        nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())),
+        sweep(opt.sweep, state) {
     recover();
     routes();
   }
@@ -420,7 +424,8 @@ struct Server::Impl {
     svr.Get("/nodes", guarded([this](const auto&, auto& res) {  // node IPs: operators only
               Json nodes = Json::array();
               for (const Node& n : state.nodes()) nodes.push_back(node_json(n, opt.pool));
-              reply_json(res, {{"nodes", nodes}});
+              // Nodes found in discovery and sent an invite they have not used yet.
+              reply_json(res, {{"nodes", nodes}, {"invited", state.invited(now_s())}});
             }));
     svr.Post(R"(/nodes/([^/]+)/evict)",
              guarded([this](const auto& req, auto& res) { evict(req, res); }));
@@ -774,17 +779,27 @@ struct Server::Impl {
     const Json body = parse_body(req, where);
     const std::string address = address_field(body, "address", where);
     const int64_t timestamp = require_signed_by(req, address, sha256_hex(req.body), where);
+    std::string invite;  // the nonce of the invite the node accepted, if it was invited
+    if (body.contains("invite")) {
+      invite = string_field(body, "invite", where);
+      if (invite.size() != 32 || invite.find_first_not_of("0123456789abcdef") != std::string::npos)
+        refuse(400, "malformed_request",
+               fmt::format("field 'invite' must be an invite's nonce: 32 hex digits ({})", where));
+    }
     const std::string ip = client_ip(req, opt.trusted_proxies);
-    const Registration r = state.register_node(address, ip, timestamp, now_s());
+    const Registration r = state.register_node(address, ip, timestamp, now_s(), invite);
     if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
     if (r.outcome == Registration::kNotAdmitted) refuse(403, "not_admitted", r.why);
+    if (r.outcome == Registration::kBadInvite) refuse(403, "bad_invite", r.why);
+    if (r.outcome == Registration::kInviteRequired) refuse(403, "invite_required", r.why);
     if (r.outcome == Registration::kReplayed) {
       refuse(401, "registration_replayed",
              fmt::format("node {}: a registration signed at {} is already recorded; this one is "
                          "signed at {} (a replayed or reordered request: sign a fresh one)",
                          address, r.node.signed_at, timestamp));
     }
-    log::info("orchestrator: node {} registered from {}", address, ip);
+    log::info("orchestrator: node {} registered from {}{}", address, ip,
+              invite.empty() ? "" : " with invite " + invite);
     reply_json(res, {{"address", address}, {"ip", ip}});
   }
 
@@ -1455,6 +1470,7 @@ int Server::start() {
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
   m.url = m.opt.url.empty() ? fmt::format("http://{}:{}", m.opt.host, m.port) : m.opt.url;
   write_file_atomic(url_file, m.url + "\n");
+  m.sweep.start(m.url);
   log::info("orchestrator: run {} listening on {} (data in {}; ledger kept by {})",
             m.state.run_id(), m.url, m.opt.data_dir.string(), m.state.ledger().keeper().address());
   return m.port;
@@ -1463,6 +1479,7 @@ int Server::start() {
 void Server::stop() {
   auto& m = *impl_;
   if (!m.thread.joinable()) return;
+  m.sweep.stop();
   m.svr.stop();
   m.thread.join();
   std::error_code ec;

@@ -42,10 +42,15 @@
 //                                       validator, checked_samples?} -> {status}; 409 not
 //                                       validating (validator token)
 //   POST /trainer/version               {version, public_key?} (trainer token)
-//   POST /nodes                         {address} signed by it: the node registers from its IP
+//   POST /nodes                         {address, invite?} signed by it: the node registers
+//                                       from its IP (with an invite's nonce when it was invited)
 //                                       -> {address, ip}; 400 malformed, 401 bad signature,
-//                                       stale or replayed, 403 evicted
-//   GET  /nodes                         {nodes: [...]} every node with its fields (trainer token)
+//                                       stale or replayed, 403 evicted, not admitted, bad invite,
+//                                       or dead without a new invite
+//   POST /heartbeat                     {node_address, state?} signed by it -> {state,
+//                                       interval_s, task}; 403 not registered, dead or evicted
+//   GET  /nodes                         {nodes: [...], invited: [...]} every node with its fields,
+//                                       and those holding an unused invite (trainer token)
 //   POST /nodes/<address>/evict         {reason?} (trainer token): the node is cut off -> the
 //                                       node's fields
 //   GET  /allowlist                     {revision, ips}: what relays may serve (public)
@@ -61,6 +66,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "orchestrator/invite_sweep.h"
 #include "orchestrator/pool_policy.h"
 
 namespace trellis::orchestrator {
@@ -96,6 +102,9 @@ struct ApiOptions {
   // Reverse proxies (nginx in front: nginx_front.h) whose X-Real-IP header names the client;
   // every other peer's address is its connection's.
   std::vector<std::string> trusted_proxies;
+  // Where to find nodes to invite, and what they must have (invite_sweep.h); no discovery_url =
+  // no invites.
+  SweepOptions sweep;
 };
 
 // [orchestrator] and [rl] of `config`; data_dir "" means `run_dir`, and the run ID is the run

@@ -25,16 +25,23 @@ std::string reason(const httplib::Result& res) {
   }
 }
 
-// The refusal's code ({"code": ...}; "" without one).
 // Attempts of an upload the orchestrator answers 503 busy, a second apart.
 constexpr int kBusyRetries = 60;
 
+// The refusal's code ({"code": ...}; "" without one).
 std::string code(const httplib::Result& res) {
   try {
     return Json::parse(res->body).value("code", "");
   } catch (...) {
     return "";
   }
+}
+
+// A task as the API writes it (GET /tasks, the heartbeat's answer).
+Task task_of(const Json& t) {
+  return Task{t.at("id").get<int64_t>(),         t.at("role").get<std::string>(),
+              t.at("config").get<std::string>(), t.at("node").get<std::string>(),
+              t.at("created_at").get<double>(),  t.at("assigned_at").get<double>()};
 }
 
 }  // namespace
@@ -248,8 +255,10 @@ void Client::publish_version(int64_t version, const std::string& public_key) {
     fail(base_url_ + "/trainer/version", "publishing version {} failed: {}", version, reason(res));
 }
 
-void Client::register_node(const Identity& node) {
-  const std::string body = Json{{"address", node.address()}}.dump();
+void Client::register_node(const Identity& node, const std::string& invite) {
+  Json j{{"address", node.address()}};
+  if (!invite.empty()) j["invite"] = invite;
+  const std::string body = j.dump();
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = c.Post("/nodes", signed_by(node, run_id(), "POST", "/nodes", sha256_hex(body)), body,
                     "application/json");
@@ -265,6 +274,7 @@ Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = c.Post("/heartbeat", signed_by(node, run_id(), "POST", "/heartbeat", sha256_hex(body)),
                     body, "application/json");
+  if (res && res->status == 403) return {.refused = code(res), .why = reason(res)};
   if (!res || res->status != 200) {
     fail(base_url_ + "/heartbeat", "heartbeat of node {} refused: {}", node.address(), reason(res));
   }
@@ -272,16 +282,22 @@ Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
     const Json a = Json::parse(res->body);
     Beat beat;
     beat.interval_s = a.at("interval_s").get<double>();
-    if (!a.at("task").is_null()) {
-      const Json& t = a["task"];
-      beat.task = Task{t.at("id").get<int64_t>(),         t.at("role").get<std::string>(),
-                       t.at("config").get<std::string>(), t.at("node").get<std::string>(),
-                       t.at("created_at").get<double>(),  t.at("assigned_at").get<double>()};
-    }
+    if (!a.at("task").is_null()) beat.task = task_of(a["task"]);
     return beat;
   } catch (const std::exception& e) {
     fail(base_url_ + "/heartbeat", "unexpected answer: {}", e.what());
   }
+}
+
+std::vector<Task> Client::tasks() {
+  const Json j = get_json(base_url_, token_, timeout_s_, "/tasks");
+  std::vector<Task> out;
+  try {
+    for (const Json& t : j.at("tasks")) out.push_back(task_of(t));
+  } catch (const Json::exception& e) {
+    fail(base_url_ + "/tasks", "unexpected answer: {}", e.what());
+  }
+  return out;
 }
 
 int64_t Client::create_task(const std::string& role, const std::string& config,

@@ -112,20 +112,25 @@ class Client {
   void publish_version(int64_t version, const std::string& public_key = "");
 
   // POST /nodes: registers `node` from this machine's IP, so that relays serve it and it may ask
-  // for work. Error when refused (e.g. the node was evicted).
-  void register_node(const Identity& node);
+  // for work; `invite` is the nonce of the invite it accepted, if any. Error when refused (e.g.
+  // the node was evicted).
+  void register_node(const Identity& node, const std::string& invite = "");
   // POST /heartbeat signed by `node`: it is alive (its agent's `state`, e.g. "running"). Returns
-  // the interval until the next and the task the node runs, if any. Error when refused (not
-  // registered, dead: register again).
+  // the interval until the next and the task the node runs, if any; or, when the orchestrator
+  // refuses the node (403: not registered, dead, evicted), the refusal's code and message. Error
+  // when it cannot be reached or answers anything else.
   struct Beat {
     double interval_s = 0;
     std::optional<Task> task;
+    std::string refused, why;  // "" unless refused
   };
   Beat heartbeat(const Identity& node, const std::string& state = "");
   // POST /tasks (the trainer token: the pool owner's): a role for `node` ("" = the next live node
   // without one) to run with `config` (TOML); the task's id.
   int64_t create_task(const std::string& role, const std::string& config,
                       const std::string& node = "");
+  // GET /tasks (the trainer token): every task, by id.
+  std::vector<Task> tasks();
   // POST /nodes/<address>/evict (needs the trainer token): `address` is refused from now on.
   void evict(const std::string& address, const std::string& reason);
   // POST /nodes/<address>/stake (the trainer token: the pool owner's): deposits `amount` work

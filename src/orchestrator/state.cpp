@@ -69,6 +69,18 @@ CREATE TABLE IF NOT EXISTS tasks (
 );
 )sql";
 
+// Invites came with schema 4's protocol work and only add a table, like tasks.
+constexpr const char* kInvitesTable = R"sql(
+CREATE TABLE IF NOT EXISTS invites (
+  nonce TEXT PRIMARY KEY,
+  node TEXT NOT NULL,
+  sent_at REAL NOT NULL,
+  expires REAL NOT NULL,
+  used_at REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS invites_by_node ON invites (node, expires);
+)sql";
+
 constexpr const char* kIndexes = R"sql(
 CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_open
   ON submissions (step, node, submission)
@@ -198,6 +210,7 @@ State::State(const std::filesystem::path& path, const std::string& run_id, Ident
   if (meta("policy_version").empty()) set_meta("policy_version", "0");
   if (meta("allowlist_revision").empty()) set_meta("allowlist_revision", "0");
   exec(kTasksTable);
+  exec(kInvitesTable);
   ledger_ = std::make_unique<ledger::Ledger>(db_, std::move(keeper), run_id_, policy_.to_json());
   tx.commit();
 }
@@ -300,7 +313,7 @@ std::optional<Node> State::find_node(const std::string& address) {
 }
 
 Registration State::register_node(const std::string& address, const std::string& ip,
-                                  int64_t signed_at, double now) {
+                                  int64_t signed_at, double now, const std::string& invite) {
   std::lock_guard lock(mu_);
   sqlite::Transaction tx(db_);
   const std::optional<Node> before = find_node(address);
@@ -312,21 +325,75 @@ Registration State::register_node(const std::string& address, const std::string&
       (signed_at < before->signed_at || (signed_at == before->signed_at && ip != before->ip))) {
     return {Registration::kReplayed, *before};
   }
-  // A registration is a sign of life: a node that sends heartbeats (and may have been dead) is
-  // alive again from now.
-  Stmt q(db_,
-         "INSERT INTO nodes (address, ip, registered_at, last_seen, signed_at) VALUES (?, ?, ?, ?, "
-         "?) ON CONFLICT (address) DO UPDATE SET ip = excluded.ip, last_seen = excluded.last_seen, "
-         "signed_at = excluded.signed_at, registered_at = CASE WHEN registered_at > 0 THEN "
-         "registered_at ELSE excluded.registered_at END, heartbeat_at = CASE WHEN heartbeat_at > "
-         "0 THEN excluded.last_seen ELSE 0 END");
-  q.bind(address).bind(ip).bind(now).bind(now).bind(signed_at).step();
+  if (!invite.empty()) {
+    if (std::string why = use_invite_locked(address, invite, now); !why.empty())
+      return {Registration::kBadInvite, before.value_or(Node{address}), std::move(why)};
+  } else if (before && before->heartbeat_at > 0 && node_state(*before, now, policy_) == "dead") {
+    return {Registration::kInviteRequired, *before,
+            fmt::format("node {} is Dead (no heartbeat for {:.0f} s): it returns only with a new "
+                        "invite, which the orchestrator sends to nodes it finds in discovery "
+                        "(run `trellis node`)",
+                        address, now - before->heartbeat_at)};
+  }
+  // Only an invited registration starts (or restarts) a node's heartbeat clock: a plain one of a
+  // node that sends heartbeats refreshes its IP, not its liveness (its agent's heartbeats do).
+  Stmt q(
+      db_,
+      "INSERT INTO nodes (address, ip, registered_at, last_seen, signed_at, heartbeat_at) VALUES "
+      "(?, ?, ?, ?, ?, ?) ON CONFLICT (address) DO UPDATE SET ip = excluded.ip, last_seen = "
+      "excluded.last_seen, signed_at = excluded.signed_at, registered_at = CASE WHEN "
+      "registered_at > 0 THEN registered_at ELSE excluded.registered_at END, heartbeat_at = "
+      "CASE WHEN excluded.heartbeat_at > 0 THEN excluded.heartbeat_at ELSE heartbeat_at END");
+  q.bind(address).bind(ip).bind(now).bind(now).bind(signed_at).bind(invite.empty() ? 0.0 : now);
+  q.step();
   bump_allowlist_if_changed(now);
   if (!before || before->registered_at == 0 || before->ip != ip) {
     ledger_->record("registration", {{"node", address}, {"ip", ip}});
   }
+  if (!invite.empty()) {
+    ledger_->record("invite", {{"node", address}, {"pool", run_id_}, {"nonce", invite}});
+  }
   Registration out{Registration::kRegistered, *find_node(address)};
   tx.commit();
+  return out;
+}
+
+std::string State::use_invite_locked(const std::string& address, const std::string& nonce,
+                                     double now) {
+  Stmt q(db_, "SELECT expires, used_at FROM invites WHERE nonce = ? AND node = ?");
+  q.bind(nonce).bind(address);
+  if (!q.step())
+    return fmt::format("no invite with nonce {} was sent to node {}", nonce.substr(0, 64), address);
+  if (q.f64(1) > 0) return fmt::format("invite {} was used already", nonce);
+  if (q.f64(0) < now) return fmt::format("invite {} has expired", nonce);
+  Stmt use(db_, "UPDATE invites SET used_at = ? WHERE nonce = ?");
+  use.bind(now).bind(nonce).step();
+  return "";
+}
+
+void State::record_invite(const std::string& address, const std::string& nonce, double expires,
+                          double now) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, "INSERT INTO invites (nonce, node, sent_at, expires) VALUES (?, ?, ?, ?)");
+  q.bind(nonce).bind(address).bind(now).bind(expires).step();
+}
+
+bool State::wants_invite(const std::string& address, double now) {
+  std::lock_guard lock(mu_);
+  const std::optional<Node> n = find_node(address);
+  if (n && n->evicted) return false;  // an evicted address never rejoins
+  if (n && n->registered_at > 0 && node_state(*n, now, policy_) != "dead") return false;
+  Stmt open(db_, "SELECT 1 FROM invites WHERE node = ? AND used_at = 0 AND expires >= ? LIMIT 1");
+  open.bind(address).bind(now);
+  return !open.step();
+}
+
+std::vector<std::string> State::invited(double now) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, "SELECT DISTINCT node FROM invites WHERE used_at = 0 AND expires >= ? ORDER BY node");
+  q.bind(now);
+  std::vector<std::string> out;
+  while (q.step()) out.push_back(q.text(0));
   return out;
 }
 

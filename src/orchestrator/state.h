@@ -142,6 +142,8 @@ struct Registration {
     kEvicted,      // the node is evicted: nothing changed
     kReplayed,     // older than the node's newest registration (or as old, from another IP)
     kNotAdmitted,  // the pool's policy does not admit it (no stake, not approved): see `why`
+    kBadInvite,    // the invite it names is unknown, used, expired or another node's: `why`
+    kInviteRequired,  // it sent heartbeats and is dead: it returns only with a new invite
   };
   Outcome outcome = kRegistered;
   Node node;        // the node's row after the call
@@ -181,8 +183,20 @@ class State {
   // replayed request must not move the node's IP). Bumps the allowlist revision when the
   // allowed IP set changes.
   // A node the pool's policy does not admit is refused too (kNotAdmitted), changing nothing.
+  // A registration naming an `invite` (its nonce) uses it up and starts the node's heartbeat
+  // clock (an `invite` entry on the ledger); one without cannot bring back a node that sent
+  // heartbeats and died (kInviteRequired), and leaves a live one's clock as it was.
   Registration register_node(const std::string& address, const std::string& ip, int64_t signed_at,
-                             double now);
+                             double now, const std::string& invite = "");
+  // Records an invite sent to `address` (valid until `expires`), so that its registration can use
+  // it once.
+  void record_invite(const std::string& address, const std::string& nonce, double expires,
+                     double now);
+  // Whether the invite sweep should invite `address` at `now`: not evicted, not a live member,
+  // and holding no unused invite that is still valid.
+  bool wants_invite(const std::string& address, double now);
+  // The addresses holding an unused invite valid at `now` (state "invited").
+  std::vector<std::string> invited(double now);
   // Why the pool's policy does not admit `address` now ("" when it does): under "stake", its stake
   // (deposits less slashes, on the ledger) is below the pool's; under "approval", the owner has
   // not approved it.
@@ -317,6 +331,7 @@ class State {
   // evict()'s work inside the caller's transaction (callers hold mu_).
   Eviction evict_locked(const std::string& address, const std::string& reason, double now);
   void migrate(const std::string& from_version);  // inside the opening transaction
+  std::string use_invite_locked(const std::string& address, const std::string& nonce, double now);
   std::string admission_problem_locked(const std::string& address);  // callers hold mu_
   // Appends the verdict on `row` to the ledger: `signed_verdict` when given (checked against
   // the row), else the orchestrator's own (callers hold mu_ and a transaction).

@@ -1,10 +1,12 @@
 #include "pipeline/policy_fetcher.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
 #include "common/logging.h"
 #include "orchestrator/client.h"
+#include "shardcast/shard_fetcher.h"
 
 namespace trellis::pipeline {
 namespace fs = std::filesystem;
@@ -57,6 +59,41 @@ void PolicyFetcher::release_older_than(int64_t version) {
   }
 }
 
+std::optional<int64_t> PolicyFetcher::newest_cached(int64_t max_version) {
+  std::vector<int64_t> versions;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 5 && name.size() < 16 && name.rfind("step_", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos) {
+      versions.push_back(std::stoll(name.substr(5)));
+    }
+  }
+  std::sort(versions.rbegin(), versions.rend());
+  for (const int64_t v : versions) {
+    if (v > max_version) continue;
+    const fs::path dir = version_dir(dir_, v);
+    try {
+      const shardcast::Manifest m = shardcast::read_manifest(dir);
+      const shardcast::VersionEntry* entry = m.find(v);
+      if (!entry || !entry->signed_by(trainer_key_))
+        fail(dir.string(), "not signed by this run's trainer ({})", trainer_key_);
+      const fs::path weights = dir / "model.safetensors";
+      if (!shardcast::shard_file_matches(weights, {entry->size, entry->sha256}))
+        fail(weights.string(), "does not match the trainer's signed size and hash");
+      log::info(
+          "policy version {} loaded from the weights cache {} (trainer's signature and hash "
+          "verified)",
+          v, dir.string());
+      return v;
+    } catch (const std::exception& e) {
+      log::warn("weights cache: dropping version {}: {}", v, e.what());
+      fs::remove_all(dir, ec);
+    }
+  }
+  return std::nullopt;
+}
+
 void PolicyFetcher::loop() {
   while (!stop_ && !stopping_) {
     try {
@@ -96,6 +133,13 @@ void PolicyFetcher::fetch_once() {
     std::lock_guard lock(mu_);
     above = fetched_;
   }
+  if (!cache_checked_) {
+    cache_checked_ = true;
+    if (const auto cached = newest_cached(status.policy_version)) {
+      std::lock_guard lock(mu_);
+      fetched_ = above = *cached;
+    }
+  }
   if (status.policy_version <= above) return;
   const auto report = client_->fetch_newest(above, status.policy_version, [&](int64_t v) {
     const fs::path dir = version_dir(dir_, v);
@@ -105,6 +149,10 @@ void PolicyFetcher::fetch_once() {
     return dir / "model.safetensors";
   });
   if (!report) return;
+  // What the version was verified against, so that a restart can trust the cached copy.
+  shardcast::Manifest signed_entry;
+  signed_entry.put(report->entry);
+  shardcast::write_manifest(version_dir(dir_, report->version), signed_entry);
   log::info("fetched policy {}", report->summary());
   std::lock_guard lock(mu_);
   fetched_ = report->version;

@@ -37,6 +37,10 @@ class PolicyFetcher {
  private:
   void loop();
   void fetch_once();
+  // The newest version in `dir_` up to `max_version` whose weights match the trainer's signed
+  // entry kept beside them (a worker restarted by its node agent loads them without a download);
+  // a copy that does not match is deleted.
+  std::optional<int64_t> newest_cached(int64_t max_version);
 
   const Config& config_;
   std::filesystem::path dir_, base_model_;
@@ -47,6 +51,7 @@ class PolicyFetcher {
   double poll_s_ = 0.5;
   double registered_at_ = -1e9;
   std::string trainer_key_;
+  bool cache_checked_ = false;  // newest_cached() runs once, when the trainer's key is known
   std::unique_ptr<shardcast::Client> client_;  // once the trainer's key is known
   std::mutex mu_;
   int64_t fetched_ = -1;  // guarded by mu_

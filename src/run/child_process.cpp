@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "common/error.h"
@@ -29,6 +31,7 @@ void ChildProcess::start() {
   std::vector<char*> args;
   for (auto& a : argv_) args.push_back(a.data());
   args.push_back(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log_fd);
@@ -36,6 +39,10 @@ void ChildProcess::start() {
   }
   if (pid == 0) {  // the child: only async-signal-safe calls until exec
     ::setpgid(0, 0);
+    // It ends with its supervisor, even one killed outright (a node agent's task must not go
+    // on without the agent that answers for it, nor a run's roles without their launcher).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(1);  // the supervisor died before prctl
     const int null_fd = ::open("/dev/null", O_RDONLY);
     ::dup2(null_fd, 0);
     ::dup2(log_fd, 1);
@@ -82,16 +89,22 @@ void ChildProcess::kill_now() {
   if (running()) ::kill(pid_, SIGKILL);
 }
 
-std::string ChildProcess::log_tail(int lines) const {
-  std::string text;
-  try {
-    text = read_file(log_);
-  } catch (const Error&) {
-    return "";
-  }
+std::string ChildProcess::log_tail(int lines) const { return run::log_tail(log_, lines); }
+
+std::string log_tail(const std::filesystem::path& file, int64_t lines) {
+  constexpr int64_t kMaxBytes = 1 << 20;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const int64_t size = in.tellg();
+  const int64_t start = std::max<int64_t>(0, size - kMaxBytes);
+  in.seekg(start);
+  std::string text(static_cast<size_t>(std::max<int64_t>(0, size - start)), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(std::max<std::streamsize>(0, in.gcount())));
   size_t pos = text.size();
   if (pos > 0 && text[pos - 1] == '\n') --pos;
-  for (int n = 0; n < lines; ++n) {
+  for (int64_t n = 0; n < lines; ++n) {
     if (pos == 0) return text;
     const size_t newline = text.rfind('\n', pos - 1);
     if (newline == std::string::npos) return text;

@@ -1,11 +1,12 @@
 // A supervised child process: argv executed with stdin from /dev/null and stdout and stderr
 // appended to a log file, in its own process group (so a terminal's Ctrl-C reaches only the
-// launcher, which then stops the children in order).
+// launcher, which then stops the children in order), sent SIGTERM when its supervisor dies.
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -45,5 +46,8 @@ class ChildProcess {
   std::optional<int> status_;
   std::chrono::steady_clock::time_point started_at_{};
 };
+
+// The last `lines` lines of `file`, from at most its last MiB ("" when it cannot be read).
+std::string log_tail(const std::filesystem::path& file, int64_t lines);
 
 }  // namespace trellis::run

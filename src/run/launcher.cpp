@@ -1,5 +1,6 @@
 #include "run/launcher.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -8,11 +9,15 @@
 #include <memory>
 #include <thread>
 
+#include <httplib.h>
+
 #include "common/error.h"
 #include "common/files.h"
+#include "common/identity.h"
 #include "common/json.h"
 #include "common/logging.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
 #include "run/child_process.h"
 #include "run/report.h"
 
@@ -93,17 +98,48 @@ std::string pool_view(const orchestrator::Status& s, double trained) {
   return out;
 }
 
+// What a node agent says of itself (GET /status, node/agent.h); empty while it cannot be asked.
+Json agent_status(const fs::path& node_dir) {
+  std::string url;
+  try {
+    url = read_file(node_dir / "node.url");
+  } catch (const Error&) {
+    return Json();
+  }
+  while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+  httplib::Client c(url);
+  c.set_connection_timeout(1);
+  c.set_read_timeout(1);
+  const auto res = c.Get("/status");
+  if (!res || res->status != 200) return Json();
+  try {
+    return Json::parse(res->body);
+  } catch (const std::exception&) {
+    return Json();
+  }
+}
+
 class Launcher {
   struct Relay {
     std::string name, upstream, url;
     int port = 0;  // 0 until the first start; a restart keeps it
     std::unique_ptr<ChildProcess> process;
   };
+  struct Agent {
+    std::string name;
+    fs::path dir;  // <run dir>/nodes/<name>
+    std::unique_ptr<ChildProcess> process;
+    Json status;  // its newest GET /status
+  };
 
  public:
   Launcher(const Config& config, const fs::path& run_dir, const LaunchOptions& options,
            const std::atomic<bool>& stop)
-      : run_dir_(run_dir), options_(options), stop_(stop), metrics_(run_dir / "metrics.jsonl") {
+      : config_(config),
+        run_dir_(run_dir),
+        options_(options),
+        stop_(stop),
+        metrics_(run_dir / "metrics.jsonl") {
     workers_ = config.get_at_least<int64_t>("run.workers", 1);
     // Uploads wait for a validator's verdict: without one the run would never fill a step.
     if (config.get<bool>("orchestrator.validation")) {
@@ -125,11 +161,19 @@ class Launcher {
       fail("shardcast.tree", "unknown relay tree '{}' (star | chain)", tree_);
     origin_dir_ = config.get<std::string>("shardcast.origin_dir");
     if (origin_dir_.empty()) origin_dir_ = run_dir / "shardcast" / "origin";
+    // The orchestrator's key (it creates the same file): discovery lets it, and only it, read
+    // node endpoints, and the agents accept its invites.
+    const std::string key_file = config.get<std::string>("orchestrator.key_file");
+    keeper_ = Identity::load_or_create(key_file.empty() ? data_dir_ / "keys" / "orchestrator.key"
+                                                        : fs::path(key_file))
+                  .address();
+    secrets_dir_ = orchestrator::secrets_dir(config, run_dir);
     // One machine may hold several runs: the orchestrator takes a free port (orchestrator.port
     // is ignored here) and keeps it across restarts.
   }
 
   int run() {
+    start_discovery();
     start_orchestrator();
     trainer_ = role("trainer", {"trainer"});
     if (options_.resume) trainer_->argv().push_back("--resume");
@@ -141,36 +185,41 @@ class Launcher {
     for (const auto& r : relays_list_)
       relay_urls += (relay_urls.empty() ? "\"" : ",\"") + r.url + "\"";
     if (relays_list_.empty()) relay_urls = "\"" + origin + "\"";
-    for (int64_t i = 0; i < workers_; ++i) {
-      const std::string name = "worker-" + std::to_string(i);
-      workers_list_.push_back(role(name, {"infer", "--set", "infer.name=" + name, "--set",
-                                          "shardcast.relay_urls=[" + relay_urls + "]"}));
-      workers_list_.back()->start();
-    }
-    for (int64_t i = 0; i < validators_; ++i) {
-      const std::string name = "validator-" + std::to_string(i);
-      validators_list_.push_back(role(name, {"validate", "--set", "validator.name=" + name, "--set",
-                                             "shardcast.relay_urls=[" + relay_urls + "]"}));
-      validators_list_.back()->start();
+    create_tasks("[" + relay_urls + "]");
+    for (int64_t i = 0; i < workers_ + validators_; ++i) {
+      Agent a;
+      a.name = "node-" + std::to_string(i);
+      a.dir = run_dir_ / "nodes" / a.name;
+      a.process = role(a.name, {"node", "--set", "node.name=" + a.name, "--set",
+                                "node.discovery_url=" + discovery_url_, "--set",
+                                "node.pools=[\"" + keeper_ + "\"]"});
+      a.process->start();
+      agents_.push_back(std::move(a));
     }
     std::printf(
-        "run directory %s: orchestrator %s, trainer (origin %s), %lld relay%s (%s), %lld workers "
-        "(%lld thread%s each), %lld validator%s\n",
+        "run directory %s: orchestrator %s, trainer (origin %s), %lld relay%s (%s), discovery %s, "
+        "%lld node agents for %lld worker%s and %lld validator%s (%lld thread%s each)\n",
         run_dir_.c_str(), url_.c_str(), origin.c_str(), static_cast<long long>(relays_),
-        relays_ == 1 ? "" : "s", tree_.c_str(), static_cast<long long>(workers_),
-        static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s",
-        static_cast<long long>(validators_), validators_ == 1 ? "" : "s");
+        relays_ == 1 ? "" : "s", tree_.c_str(), discovery_url_.c_str(),
+        static_cast<long long>(agents_.size()), static_cast<long long>(workers_),
+        workers_ == 1 ? "" : "s", static_cast<long long>(validators_), validators_ == 1 ? "" : "s",
+        static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s");
     std::fflush(stdout);
 
     int trainer_status = -1;
-    while (!stop_) {
-      if (auto st = trainer_->poll()) {
-        trainer_status = *st;
-        break;
+    try {
+      while (!stop_) {
+        if (auto st = trainer_->poll()) {
+          trainer_status = *st;
+          break;
+        }
+        supervise();
+        live_view();
+        sleep_s(0.5);
       }
-      supervise();
-      live_view();
-      sleep_s(0.5);
+    } catch (const Error&) {
+      shutdown(false);  // the agents stop their tasks first
+      throw;
     }
     live_view(/*force=*/true);  // the last step
     if (stop_) std::printf("stopping (Ctrl-C)\n");
@@ -204,12 +253,43 @@ class Launcher {
     return std::make_unique<ChildProcess>(name, argv, run_dir_ / "logs" / (name + ".log"));
   }
 
+  // Starts (or restarts, on the same port) the discovery service the agents publish themselves
+  // to, readable by the orchestrator's key only, and waits until it listens.
+  void start_discovery() {
+    const fs::path url_file = run_dir_ / "discovery.url";
+    fs::remove(url_file);
+    discovery_ = role("discovery", {"discovery", "--set", "discovery.data_dir=" + run_dir_.string(),
+                                    "--set", "discovery.port=" + std::to_string(discovery_port_),
+                                    "--set", "discovery.readers=[\"" + keeper_ + "\"]"});
+    discovery_->start();
+    discovery_url_ = wait_for_url(*discovery_, url_file);
+    discovery_port_ = std::stoll(discovery_url_.substr(discovery_url_.rfind(':') + 1));
+  }
+
+  // The pool's tasks, once (a resumed run's orchestrator has them, held by the same agents): one
+  // per worker and validator, each the run's config with the relays to fetch from; validators
+  // also read the orchestrator's secrets (trusted: this machine).
+  void create_tasks(const std::string& relay_urls) {
+    orchestrator::Client owner(
+        url_, orchestrator::client_token(config_, run_dir_, orchestrator::Role::kTrainer));
+    if (!owner.tasks().empty()) return;
+    const std::vector<std::string> common = {
+        "shardcast.relay_urls=" + relay_urls,
+        "compute.threads=" + std::to_string(threads_per_role_)};
+    const Config worker = Config::resolve({run_dir_ / "config.toml"}, common);
+    Config validator = worker;
+    validator.set_string("orchestrator.secrets_dir", secrets_dir_.string());
+    for (int64_t i = 0; i < workers_; ++i) owner.create_task("worker", worker.to_toml());
+    for (int64_t i = 0; i < validators_; ++i) owner.create_task("validator", validator.to_toml());
+  }
+
   // Starts (or restarts, on the same port) the orchestrator and waits until it listens.
   void start_orchestrator() {
     const fs::path url_file = data_dir_ / "orchestrator.url";
     fs::remove(url_file);
-    orchestrator_ = role("orchestrator",
-                         {"orchestrator", "--set", "orchestrator.port=" + std::to_string(port_)});
+    orchestrator_ =
+        role("orchestrator", {"orchestrator", "--set", "orchestrator.port=" + std::to_string(port_),
+                              "--set", "orchestrator.discovery_url=" + discovery_url_});
     orchestrator_->start();
     url_ = wait_for_url(*orchestrator_, url_file);
     port_ = std::stoll(url_.substr(url_.rfind(':') + 1));
@@ -256,11 +336,17 @@ class Launcher {
     r.port = std::stoi(r.url.substr(r.url.rfind(':') + 1));
   }
 
-  // A worker or the orchestrator that died is restarted (its state survives: the orchestrator's
-  // in SQLite, a worker's in the orchestrator); the count is reported. One that fails 3 times in
-  // a row within 30 s of starting (a bad configuration, a missing file) ends the run with its
-  // log's last lines instead of restarting forever.
+  // A role that died is restarted (its state survives: the orchestrator's in SQLite, discovery's
+  // in its store, an agent's in its directory); the count is reported. Agents restart their own
+  // tasks; a task that fails 3 times in a row within 30 s of starting (a bad configuration, a
+  // missing file) ends the run with its log's last lines, as a role that does so itself.
   void supervise() {
+    if (auto st = discovery_->poll()) {
+      check_crash_loop(*discovery_, *st);
+      log::warn("discovery exited with status {}; restarting it on port {}", *st, discovery_port_);
+      ++restarts_;
+      start_discovery();
+    }
     if (auto st = orchestrator_->poll()) {
       check_crash_loop(*orchestrator_, *st);
       log::warn("orchestrator exited with status {}; restarting it on port {}", *st, port_);
@@ -275,22 +361,24 @@ class Launcher {
         start_relay(r);
       }
     }
-    for (auto& w : children_of_pool()) {
-      if (auto st = w->poll(); st && *st != 0) {
-        check_crash_loop(*w, *st);
-        log::warn("{} exited with status {}; restarting it", w->name(), *st);
+    for (auto& a : agents_) {
+      if (auto st = a.process->poll()) {
+        check_crash_loop(*a.process, *st);
+        log::warn("{} exited with status {}; restarting it", a.name, *st);
         ++restarts_;
-        w->start();
+        a.process->start();
       }
     }
-  }
-
-  // Workers and validators: restarted when they fail, left alone when they exit 0 (run done).
-  std::vector<ChildProcess*> children_of_pool() {
-    std::vector<ChildProcess*> out;
-    for (auto& w : workers_list_) out.push_back(w.get());
-    for (auto& v : validators_list_) out.push_back(v.get());
-    return out;
+    if (seconds_since(last_agent_poll_) < 2) return;
+    last_agent_poll_ = Clock::now();
+    for (auto& a : agents_) {
+      a.status = agent_status(a.dir);
+      if (!a.status.is_object() || a.status.value("quick_failures", int64_t{0}) < 3) continue;
+      const fs::path log = a.status.value("task_log", std::string());
+      fail(log.string(),
+           "{} on {}, 3 times in a row within 30 s of starting; the end of its log:\n{}",
+           a.status.value("last_failure", std::string()), a.name, log_tail(log, 10));
+    }
   }
 
   void check_crash_loop(const ChildProcess& child, int status) {
@@ -320,43 +408,46 @@ class Launcher {
     if (step == last_step_ && (force || seconds_since(last_line_) < 30)) return;
     last_step_ = step;
     last_line_ = Clock::now();
-    int64_t alive = 0;
-    for (auto& w : workers_list_) alive += w->running();
+    int64_t running = 0;  // agents running their task
+    for (auto& a : agents_)
+      running +=
+          a.status.is_object() && a.status.value("state", std::string()).rfind("running", 0) == 0;
     const std::string pool = pool_view(s, number(m, "samples/trained"));
     if (step < 0) {
-      std::printf("waiting for step 0 | counter %lld | version %lld | %s | workers %lld/%lld\n",
-                  static_cast<long long>(s.step), static_cast<long long>(s.policy_version),
-                  pool.c_str(), static_cast<long long>(alive), static_cast<long long>(workers_));
+      std::printf(
+          "waiting for step 0 | counter %lld | version %lld | %s | nodes running %lld/%lld\n",
+          static_cast<long long>(s.step), static_cast<long long>(s.policy_version), pool.c_str(),
+          static_cast<long long>(running), static_cast<long long>(agents_.size()));
     } else {
       std::printf(
           "step %lld/%lld | reward %.3f | 10-step mean %.3f | len %.1f | stale %.1f | rollout "
-          "%.0f tok/s | trainer idle %.0f%% | %s | workers %lld/%lld%s\n",
+          "%.0f tok/s | trainer idle %.0f%% | %s | nodes running %lld/%lld%s\n",
           static_cast<long long>(step), static_cast<long long>(steps_), number(m, "reward/mean"),
           metrics_.recent_reward(), number(m, "seq_len/mean"), number(m, "staleness/mean"),
           s.rollout_tokens_per_s, 100 * number(m, "trainer/idle_frac"), pool.c_str(),
-          static_cast<long long>(alive), static_cast<long long>(workers_),
+          static_cast<long long>(running), static_cast<long long>(agents_.size()),
           restarts_ > 0 ? fmt::format(" | restarts {}", restarts_).c_str() : "");
     }
     std::fflush(stdout);
   }
 
-  // Workers and validators first (they exit on their own once the run is done), then the trainer
-  // and the relays, then the orchestrator, which must outlive every upload and verdict.
+  // The agents first (each stops its task; workers have exited on their own once the run is
+  // done), then the trainer and the relays, then the orchestrator, which must outlive every
+  // upload and verdict, and discovery.
   void shutdown(bool completed) {
-    const double grace = completed ? 30 : 10;
-    const auto t0 = Clock::now();
-    if (completed)
-      for (auto& w : workers_list_)
-        while (w->running() && seconds_since(t0) < grace) sleep_s(0.05);
-    for (auto& w : workers_list_) w->stop(5);
-    for (auto& v : validators_list_) v->stop(5);
+    for (auto& a : agents_)  // all at once: each waits for its task
+      if (a.process->running()) ::kill(a.process->pid(), SIGTERM);
+    for (auto& a : agents_) a.process->stop(completed ? 20 : 15);
     trainer_->stop(30);
     for (auto& r : relays_list_) r.process->stop(5);
     orchestrator_->stop(10);
+    discovery_->stop(5);
   }
 
-  fs::path run_dir_, data_dir_, origin_dir_;
-  std::string tree_;
+  Config config_;
+  fs::path run_dir_, data_dir_, origin_dir_, secrets_dir_;
+  std::string tree_, keeper_, discovery_url_;
+  int64_t discovery_port_ = 0;
   int64_t relays_ = 0;
   std::vector<Relay> relays_list_;
   LaunchOptions options_;
@@ -365,8 +456,9 @@ class Launcher {
           restarts_ = 0;
   std::map<std::string, int> quick_failures_;  // consecutive early exits, by role
   std::string url_;
-  std::unique_ptr<ChildProcess> orchestrator_, trainer_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_list_, validators_list_;
+  std::unique_ptr<ChildProcess> discovery_, orchestrator_, trainer_;
+  std::vector<Agent> agents_;
+  Clock::time_point last_agent_poll_{};
   MetricsTail metrics_;
   Clock::time_point last_view_{}, last_line_{};
   int64_t last_step_ = -2;

@@ -153,6 +153,7 @@ FetchReport Client::fetch(int64_t version, const fs::path& out) {
         std::stoll(name.substr(1)) <= version)
       fs::remove_all(e.path(), ec);
   }
+  report.entry = *entry;
   report.bytes = entry->size;
   report.seconds = now_s() - t0;
   return report;

@@ -45,6 +45,7 @@ std::vector<std::optional<Manifest>> fetch_manifests(const std::vector<std::stri
 
 struct FetchReport {
   int64_t version = 0;
+  VersionEntry entry;  // the trainer-signed entry the file was verified against
   int64_t bytes = 0;
   double seconds = 0;  // manifests, shards, assembly and verification
   FetchStats shards;

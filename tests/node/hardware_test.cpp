@@ -1,7 +1,6 @@
 // The node agent's hardware inventory: the parsers on known text (/proc/cpuinfo, /proc/meminfo,
 // nvidia-smi's CSV), the measurement of this machine against independent sources (nproc, sysconf,
-// df), what a pool's requirements say when unmet, and that what is measured is what discovery
-// accepts.
+// df), and that what is measured is what discovery accepts.
 #include "node/hardware.h"
 
 #include <unistd.h>
@@ -52,21 +51,6 @@ TEST(Hardware, MeasuresThisMachineAsOtherToolsDo) {
   const auto back = discovery::parse_node_metadata(discovery::to_json(m), m.address, "test");
   EXPECT_EQ(back.hardware.cpu_cores, hw.cpu_cores);
   EXPECT_EQ(back.hardware.gpus.size(), hw.gpus.size());
-}
-
-TEST(Hardware, UnmetRequirementsSayWhatIsNeededAndWhatThereIs) {
-  discovery::Hardware hw;
-  hw.cpu_cores = 2;
-  hw.memory_mib = 24000;
-  hw.disk_mib = 5000;
-  hw.gpus = {{"A", 16000}, {"B", 81559}};
-  EXPECT_TRUE(unmet(hw, {2, 16000, 1000, 1, 80000}).empty());
-  const auto why = unmet(hw, {16, 65536, 10000, 2, 80000});
-  ASSERT_EQ(why.size(), 4u);
-  EXPECT_EQ(why[0], "16 CPU cores are needed, this machine has 2");
-  EXPECT_EQ(why[1], "65536 MiB of memory are needed, this machine has 24000");
-  EXPECT_EQ(why[2], "10000 MiB of free disk are needed, there are 5000");
-  EXPECT_EQ(why[3], "2 GPUs with at least 80000 MiB each are needed, this machine has 1");
 }
 
 }  // namespace

@@ -353,7 +353,7 @@ TEST_F(NodeRegistry, EvictionNeedsTheTokenAndCutsTheNodeOffAtOnce) {
 
 // Liveness (specs/protocol.md §4): a node that sends heartbeats is Healthy, Unhealthy after
 // unhealthy_after missed intervals, Dead after dead_after: off the allowlist at once (its revision
-// moves), refused work and heartbeats until it registers again, which brings it back. A node that
+// moves), refused work and heartbeats, and not brought back by a plain registration. A node that
 // never sent one (a worker without an agent) is only "registered" and stays on the list.
 TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
   ApiOptions o = options();
@@ -363,7 +363,7 @@ TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
   Client& trainer = start(o);
   Client node(server_->url(), "", 10);
   const Identity legacy = Identity::generate();
-  EXPECT_CONTAINS(test::error_of([&] { node.heartbeat(worker_); }), "not registered");
+  EXPECT_EQ(node.heartbeat(worker_).refused, "not_registered");
   node.register_node(worker_);
   node.register_node(legacy);
   const auto state_of = [&](const Identity& who) {
@@ -392,13 +392,16 @@ TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
   EXPECT_EQ(state_name(legacy), "registered");
   // Both nodes share 127.0.0.1, so the dead one's IP stays through the other; what moved is its
   // own standing: no heartbeat, no work.
-  EXPECT_CONTAINS(test::error_of([&] { node.heartbeat(worker_); }), "it is Dead");
+  const auto refused = node.heartbeat(worker_);
+  EXPECT_EQ(refused.refused, "not_registered");
+  EXPECT_CONTAINS(refused.why, "it is Dead");
   EXPECT_CONTAINS(test::error_of([&] { node.request_work(worker_, 0, 1); }),
                   "is not registered: no heartbeat");
-  node.register_node(worker_);  // back
-  EXPECT_EQ(state_name(worker_), "healthy");
-  EXPECT_EQ(node.heartbeat(worker_).interval_s, 0.2);
-  EXPECT_TRUE(node.request_work(worker_, 0, 1).work.has_value());
+  // It returns only through a new invite (State.ADeadNodeReturnsOnlyWithAnInvite): a plain
+  // registration, such as its worker's, does not bring it back.
+  EXPECT_CONTAINS(test::error_of([&] { node.register_node(worker_); }),
+                  "returns only with a new invite");
+  EXPECT_EQ(state_name(worker_), "dead");
   EXPECT_GT(state_of(worker_).heartbeat_at, 0);
 }
 

@@ -400,6 +400,65 @@ TEST(State, TheLedgerRecordsEachDecisionWithIt) {
   fs::remove_all(dir);
 }
 
+// Invites (specs/protocol.md §4): a registration naming an invite uses it once, only before it
+// expires and only for the node it was sent to, starts the node's heartbeat clock and puts the
+// invite on the ledger. A node that sent heartbeats and died returns only with a new invite; the
+// sweep wants to invite exactly the nodes that are not live members, not evicted and hold no
+// valid invite.
+TEST(State, ADeadNodeReturnsOnlyWithAnInvite) {
+  const auto dir =
+      fs::temp_directory_path() / ("trellis_state_invites_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const auto db = dir / "orchestrator.sqlite";
+  PoolPolicy policy;
+  policy.heartbeat_s = 1;
+  policy.unhealthy_after = 3;
+  policy.dead_after = 6;
+  const std::string x(64, 'a'), y(64, 'b'), z(64, 'c');
+  const std::string n1(32, '1'), n2(32, '2'), n3(32, '3');
+  {
+    State s(db, "run-1", keeper(), policy);
+    EXPECT_TRUE(s.wants_invite(x, 100));
+    s.record_invite(x, n1, 160, 100);
+    s.record_invite(y, n2, 110, 100);
+    EXPECT_FALSE(s.wants_invite(x, 101));  // it holds a valid invite
+    EXPECT_EQ(s.invited(101), (std::vector<std::string>{x, y}));
+    EXPECT_EQ(s.register_node(y, "10.0.0.2", 1, 120, n2).outcome, Registration::kBadInvite);
+    EXPECT_TRUE(s.wants_invite(y, 120));  // its invite expired: invite it again
+    EXPECT_EQ(s.register_node(z, "10.0.0.3", 1, 120, n1).outcome,
+              Registration::kBadInvite);  // x's invite
+    const Registration r = s.register_node(x, "10.0.0.1", 1, 120, n1);
+    ASSERT_EQ(r.outcome, Registration::kRegistered);
+    EXPECT_EQ(r.node.heartbeat_at, 120);
+    EXPECT_EQ(node_state(r.node, 121, policy), "healthy");
+    EXPECT_FALSE(s.wants_invite(x, 121));  // a live member
+    EXPECT_EQ(s.register_node(x, "10.0.0.1", 2, 122, n1).why, "invite " + n1 + " was used already");
+    // A plain registration of a live node (its worker's) leaves its heartbeat clock alone.
+    EXPECT_EQ(s.register_node(x, "10.0.0.1", 3, 125).node.heartbeat_at, 120);
+    // Silent for 6 intervals: dead; a plain registration cannot bring it back.
+    EXPECT_EQ(s.register_node(x, "10.0.0.1", 4, 127).outcome, Registration::kInviteRequired);
+    EXPECT_TRUE(s.wants_invite(x, 127));
+    s.record_invite(x, n3, 200, 127);
+    const Registration back = s.register_node(x, "10.0.0.1", 5, 130, n3);
+    ASSERT_EQ(back.outcome, Registration::kRegistered);
+    EXPECT_EQ(node_state(back.node, 131, policy), "healthy");
+    s.evict(x, "caught", 140);
+    EXPECT_FALSE(s.wants_invite(x, 300));  // an evicted address never rejoins
+  }
+  std::vector<std::string> invites;
+  const sqlite::Database reader(db, sqlite::Database::kReadOnly);
+  const ledger::Verification v =
+      ledger::verify(reader, keeper().address(), [&](const ledger::Entry& e, const Json& body) {
+        if (e.statement.kind == "invite")
+          invites.push_back(body["node"].get<std::string>() + " " +
+                            body["nonce"].get<std::string>() + " " +
+                            body["pool"].get<std::string>());
+      });
+  ASSERT_TRUE(v.ok) << v.problem;
+  EXPECT_EQ(invites, (std::vector<std::string>{x + " " + n1 + " run-1", x + " " + n3 + " run-1"}));
+  fs::remove_all(dir);
+}
+
 // A database written by the previous schema (version 1, before validators) opens migrated, with
 // its submissions, nodes and meta intact; an unknown version is refused naming the file.
 TEST(State, ADatabaseOfSchemaVersion1IsMigrated) {

@@ -4,13 +4,15 @@
 // directory the docs describe; a run whose worker and orchestrator are killed (SIGKILL) mid-run
 // is restarted by the launcher, loses no accepted rollout, and completes; a C3PO++ worker fills
 // the steps with groups that name their draws; a worker that cannot start ends the run with its
-// error.
+// error. A swarm of node agents (discovery, invites, heartbeats, tasks) trains the same way, on
+// SQLite and on Redis discovery, through a stopped agent and a killed task.
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
 #include <future>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -18,13 +20,16 @@
 #include <gtest/gtest.h>
 
 #include "cli/run_cli.h"
+#include "cli/trellis_process.h"
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/identity.h"
 #include "common/json.h"
+#include "error_of.h"
 #include "orchestrator/client.h"
 #include "orchestrator/credentials.h"
 #include "orchestrator/state.h"
+#include "redis_process.h"
 #include "rollout/data_sampling.h"
 #include "rollout/rollout_file.h"
 #include "shardcast/manifest.h"
@@ -44,7 +49,7 @@ std::vector<std::string> split_lines(const std::string& text) {
 }
 
 class Pipeline : public ::testing::Test {
- protected:
+ public:  // for run_swarm too
   static void SetUpTestSuite() {
     dir_ = fresh_dir("pipeline");
     fs::create_directories(dir_);
@@ -95,6 +100,15 @@ class Pipeline : public ::testing::Test {
       for (const auto& f : client.accepted(s))
         names.insert(fmt::format("step_{}/{} {}", s, f.name, f.sha256));
     return names;
+  }
+  // The log of the node agents' task `id` in `run_dir` ("" when no agent ran it).
+  static std::string task_log(const fs::path& run_dir, int id) {
+    std::string log;
+    for (const auto& node : fs::directory_iterator(run_dir / "nodes")) {
+      const fs::path file = node.path() / "logs" / fmt::format("task-{}.log", id);
+      if (fs::exists(file)) log += read_file(file);
+    }
+    return log;
   }
   static std::string url_of(const fs::path& run_dir) {
     std::string url = read_file(run_dir / "orchestrator.url");
@@ -154,7 +168,7 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   // the rollout files (our reader and the spec's layout), the report.
   EXPECT_TRUE(fs::exists(run_dir / "config.toml"));
   for (const char* role :
-       {"orchestrator", "trainer", "relay-0", "worker-0", "worker-1", "validator-0"})
+       {"discovery", "orchestrator", "trainer", "relay-0", "node-0", "node-1", "node-2"})
     EXPECT_TRUE(fs::exists(run_dir / "logs" / (std::string(role) + ".log"))) << role;
   EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer.pt"));
   // Policies went out through SHARDCAST: the origin published every version (signed), the relay
@@ -166,12 +180,15 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
       Identity::load_or_create(run_dir / "keys" / "trainer.key").address();
   for (const auto& v : origin.versions) EXPECT_TRUE(v.signed_by(trainer_key)) << v.version;
   EXPECT_FALSE(shardcast::read_manifest(run_dir / "shardcast" / "relay-0").versions.empty());
-  for (const char* worker : {"worker-0", "worker-1"})
-    EXPECT_CONTAINS(read_file(run_dir / "logs" / (std::string(worker) + ".log")),
-                    "fetched policy version");
+  // The roles ran as the node agents' tasks (1 and 2 the workers, 3 the validator), each agent
+  // invited through discovery.
+  for (int task = 1; task <= 3; ++task) EXPECT_FALSE(task_log(run_dir, task).empty()) << task;
+  for (int worker : {1, 2}) EXPECT_CONTAINS(task_log(run_dir, worker), "fetched policy version");
+  for (const char* node : {"node-0", "node-1", "node-2"})
+    EXPECT_CONTAINS(read_file(run_dir / "logs" / (std::string(node) + ".log")), "joined pool");
   // The validator judged every file the trainer used, honest workers were never rejected, and
   // the report plots what was decided.
-  EXPECT_CONTAINS(read_file(run_dir / "logs" / "validator-0.log"), "accepted step 0 submission");
+  EXPECT_CONTAINS(task_log(run_dir, 3), "accepted step 0 submission");
   for (const auto& row : rows) {
     EXPECT_GE(row["submissions/accepted"].get<double>(), 4);
     EXPECT_EQ(row["submissions/rejected"].get<double>(), 0);
@@ -296,15 +313,21 @@ TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunComple
   const auto before = accepted(run_dir, steps);
   ASSERT_FALSE(before.empty());
 
-  kill_matching("infer " + (run_dir / "config.toml").string() + " .*infer.name=worker-0");
+  kill_matching("infer " + (run_dir / "nodes").string() + "/node-[0-9]/tasks/1/config.toml");
   ASSERT_TRUE(wait_for([&] { return metric_lines(run_dir) >= 4; }, 600)) << "no progress";
   kill_matching("orchestrator " + (run_dir / "config.toml").string() + " .*orchestrator.port=");
   kill_matching("relay " + (run_dir / "config.toml").string() + " .*relay.name=relay-0");
+  kill_matching("node " + (run_dir / "config.toml").string() + " .*node.name=node-2");
   const auto r = launcher.get();
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_CONTAINS(r.output, "worker-0 exited");
   EXPECT_CONTAINS(r.output, "orchestrator exited");
   EXPECT_CONTAINS(r.output, "relay-0 exited");
+  EXPECT_CONTAINS(r.output, "node-2 exited");
+  std::string agents;
+  for (const char* node : {"node-0", "node-1", "node-2"})
+    agents += read_file(run_dir / "logs" / (std::string(node) + ".log"));
+  EXPECT_CONTAINS(agents, "task 1 (worker) exited with status 137");  // restarted by its agent
+  EXPECT_CONTAINS(agents, "resuming pool");  // the restarted agent went on heartbeating
   const auto rows = read_jsonl(run_dir / "metrics.jsonl");
   ASSERT_EQ(rows.size(), static_cast<size_t>(steps));
   for (const auto& row : rows) EXPECT_EQ(row["samples"].get<double>(), 64);
@@ -325,6 +348,213 @@ TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunComple
   EXPECT_EQ(sha256_hex(client.download(0, first.name)), first.sha256);
   kill_matching("orchestrator " + (run_dir / "config.toml").string(), "TERM");
   EXPECT_EQ(orchestrator.get().status, 0) << "a clean shutdown on SIGTERM";
+}
+
+// The processes whose parent is `pid` (from /proc/<p>/stat's fourth field).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat;
+    try {
+      stat = read_file(e.path() / "stat");
+    } catch (const std::exception&) {
+      continue;  // gone meanwhile
+    }
+    std::istringstream in(stat.substr(stat.rfind(')') + 2));
+    std::string state;
+    pid_t parent = 0;
+    in >> state >> parent;
+    if (parent == pid) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// The swarm of specs/protocol.md on loopback: discovery, an orchestrator that invites what it
+// finds there, a trainer and a relay, and three node agents that know only discovery and the
+// orchestrator's key. They are invited, send heartbeats and pull two worker tasks and a validator
+// task; training proceeds. A worker task killed with SIGKILL is restarted by its agent and loads
+// its policy from the agent's weights cache. An agent stopped with SIGSTOP is Unhealthy after 3
+// missed heartbeats and Dead after 6 (refused work); after SIGCONT it is invited again and rejoins.
+// The ledger verifies and credits each node with the tokens the orchestrator accepted from it.
+void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
+  const fs::path run_dir = dir / (redis ? "swarm-redis" : "swarm-sqlite");
+  fs::create_directories(run_dir);
+  const std::string keeper =
+      Identity::load_or_create(run_dir / "keys" / "orchestrator.key").address();
+  const int steps = 16;
+  Config config = Config::resolve(
+      {std::string(TRELLIS_SOURCE_DIR) + "/examples/quickstart.toml"},
+      {"model.path=" + warm.string(), "rl.steps=" + std::to_string(steps), "rl.batch_size=64",
+       "infer.groups_per_submission=2", "infer.poll_s=0.1", "compute.threads=1",
+       "orchestrator.port=0", "orchestrator.heartbeat_s=0.5", "orchestrator.unhealthy_after=3",
+       "orchestrator.dead_after=6", "orchestrator.invite_sweep_s=0.3",
+       "orchestrator.invite_ttl_s=5", "discovery.port=0", "discovery.readers=[\"" + keeper + "\"]",
+       "node.pools=[\"" + keeper + "\"]", "relay.port=0", "relay.name=relay-0"});
+  std::optional<RedisProcess> redis_server;
+  if (redis) {
+    redis_server.emplace(run_dir / "redis");
+    config.set_string("discovery.backend", "redis");
+    config.set_string("discovery.redis", redis_server->address());
+  }
+  const std::string cfg = (run_dir / "config.toml").string();
+  write_file_atomic(cfg, config.to_toml());
+  const auto url_in = [](const fs::path& file) {
+    EXPECT_TRUE(Pipeline::wait_for([&] { return fs::exists(file); }, 60)) << file;
+    std::string url = fs::exists(file) ? read_file(file) : "";
+    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+    return url;
+  };
+  TrellisProcess discovery({"discovery", cfg, "--run-dir", run_dir.string()});
+  const std::string discovery_url = url_in(run_dir / "discovery.url");
+  TrellisProcess orchestrator({"orchestrator", cfg, "--run-dir", run_dir.string(), "--set",
+                               "orchestrator.discovery_url=" + discovery_url});
+  const std::string url = url_in(run_dir / "orchestrator.url");
+  TrellisProcess trainer(
+      {"trainer", cfg, "--run-dir", run_dir.string(), "--set", "orchestrator.url=" + url});
+  const std::string origin = url_in(run_dir / "shardcast" / "origin" / "origin.url");
+  TrellisProcess relay({"relay", cfg, "--run-dir", run_dir.string(), "--set",
+                        "relay.upstreams=[\"" + origin + "\"]", "--set",
+                        "relay.allowlist_url=" + url});
+  const std::string relay_url = url_in(run_dir / "shardcast" / "relay-0" / "relay.url");
+  std::vector<std::unique_ptr<TrellisProcess>> agents;
+  for (int i = 0; i < 3; ++i) {
+    agents.push_back(std::make_unique<TrellisProcess>(std::vector<std::string>{
+        "node", cfg, "--run-dir", run_dir.string(), "--set", "node.name=node-" + std::to_string(i),
+        "--set", "node.discovery_url=" + discovery_url}));
+  }
+
+  // The pool owner's tasks: the run's config, with the relay to fetch from and the secrets of a
+  // validator (trusted: the owner's machine).
+  Config task = config;
+  task.apply_override("shardcast.relay_urls=[\"" + relay_url + "\"]");
+  task.set_string("orchestrator.secrets_dir", (run_dir / "secrets").string());
+  orchestrator::Client owner = Pipeline::operator_client(run_dir);
+  for (const char* role : {"worker", "worker", "validator"})
+    owner.create_task(role, task.to_toml());
+
+  orchestrator::PoolPolicy policy;
+  policy.heartbeat_s = 0.5;
+  const auto state_of = [&](const std::string& address) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    for (const orchestrator::Node& n : owner.nodes())
+      if (n.address == address) return orchestrator::node_state(n, now, policy);
+    return std::string("absent");
+  };
+  std::vector<std::string> address(3);
+  std::vector<fs::path> node_dir(3);
+  for (int i = 0; i < 3; ++i) {
+    node_dir[i] = run_dir / "nodes" / ("node-" + std::to_string(i));
+    ASSERT_TRUE(Pipeline::wait_for([&] { return fs::exists(node_dir[i] / "node.key"); }, 60));
+    address[i] = Identity::load_or_create(node_dir[i] / "node.key").address();
+  }
+  ASSERT_TRUE(Pipeline::wait_for(
+      [&] {
+        for (const auto& a : address)
+          if (state_of(a) != "healthy") return false;
+        return true;
+      },
+      120))
+      << "the agents were not all invited:\n"
+      << orchestrator.log();
+  ASSERT_TRUE(Pipeline::wait_for([&] { return Pipeline::metric_lines(run_dir) >= 2; }, 600))
+      << "no training:\n"
+      << trainer.log();
+
+  // Which agent runs what (its task's log names the role).
+  std::vector<int> workers;
+  int validator = -1;
+  for (int i = 0; i < 3; ++i) {
+    for (const auto& e : fs::directory_iterator(node_dir[i] / "logs")) {
+      const std::string log = read_file(e.path());
+      if (log.find("worker ") != std::string::npos &&
+          log.find("policies from relays") != std::string::npos)
+        workers.push_back(i);
+      else
+        validator = i;
+    }
+  }
+  ASSERT_EQ(workers.size(), 2u);
+  ASSERT_NE(validator, -1);
+
+  // A worker task dies: its agent restarts it, and it loads the policy it had from the cache.
+  const int w = workers[0];
+  const auto task_log = [&](int i) {
+    std::string all;
+    for (const auto& e : fs::directory_iterator(node_dir[i] / "logs")) all += read_file(e.path());
+    return all;
+  };
+  ASSERT_TRUE(Pipeline::wait_for(
+      [&] { return task_log(w).find("fetched policy version") != std::string::npos; }, 300));
+  const std::vector<pid_t> before = children_of(agents[w]->pid());
+  ASSERT_EQ(before.size(), 1u);
+  ::kill(before[0], SIGKILL);
+  ASSERT_TRUE(Pipeline::wait_for(
+      [&] { return task_log(w).find("loaded from the weights cache") != std::string::npos; }, 120))
+      << agents[w]->log() << task_log(w);
+  const std::vector<pid_t> after = children_of(agents[w]->pid());
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NE(after[0], before[0]);
+  EXPECT_CONTAINS(agents[w]->log(), "exited with status 137");
+
+  // An agent stops (SIGSTOP): Unhealthy after 3 missed heartbeats, Dead after 6, and then refused.
+  const int s = workers[1];
+  agents[s]->signal(SIGSTOP);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  const auto since_stop = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  };
+  ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "unhealthy"; }, 30));
+  EXPECT_GE(since_stop(), 1.0);  // 3 x 0.5 s after its last heartbeat (at most 0.5 s before)
+  ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "dead"; }, 30));
+  EXPECT_GE(since_stop(), 2.5);
+  const Identity stopped = Identity::load_or_create(node_dir[s] / "node.key");
+  orchestrator::Client as_node(url, "", 10);
+  EXPECT_CONTAINS(test::error_of([&] { as_node.request_work(stopped, 0, 1); }), "it is Dead");
+  agents[s]->signal(SIGCONT);
+  ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "healthy"; }, 60))
+      << agents[s]->log();
+
+  ASSERT_EQ(trainer.wait(std::chrono::seconds(900)), 0) << trainer.log();
+  for (auto& a : agents) EXPECT_EQ(a->stop(SIGTERM, std::chrono::seconds(30)), 0) << a->log();
+  EXPECT_EQ(relay.stop(SIGTERM, std::chrono::seconds(30)), 0);
+  EXPECT_EQ(orchestrator.stop(SIGTERM, std::chrono::seconds(30)), 0);
+  EXPECT_EQ(discovery.stop(SIGTERM, std::chrono::seconds(30)), 0);
+  EXPECT_EQ(read_jsonl(run_dir / "metrics.jsonl").size(), static_cast<size_t>(steps));
+
+  // The ledger: it verifies; the stopped node's two invites are on it; each worker node is
+  // credited with the completion tokens the orchestrator accepted from it.
+  const auto verified = run_trellis("ledger verify " + run_dir.string() + " --keeper " + keeper);
+  ASSERT_EQ(verified.status, 0) << verified.output;
+  const auto invites = run_trellis("ledger show --json --kind invite " + run_dir.string(), false);
+  ASSERT_EQ(invites.status, 0);
+  std::map<std::string, int> invites_of;
+  for (const auto& line : split_lines(invites.output))
+    ++invites_of[Json::parse(line)["body"]["node"].get<std::string>()];
+  EXPECT_EQ(invites_of[address[s]], 2) << invites.output;
+  EXPECT_EQ(invites_of[address[w]], 1);
+  orchestrator::State state(run_dir / "orchestrator.sqlite", "",
+                            Identity::load_or_create(run_dir / "keys" / "orchestrator.key"));
+  std::map<std::string, int64_t> accepted_tokens;
+  for (const auto& sub : state.submissions("accepted"))
+    accepted_tokens[sub.key.node_address] += sub.counts.completion_tokens;
+  const auto sums = run_trellis("ledger contributions --json " + run_dir.string(), false);
+  std::map<std::string, int64_t> credited;
+  for (const auto& line : split_lines(sums.output)) {
+    const Json row = Json::parse(line);
+    if (row["work_units"].get<int64_t>() > 0) credited[row["node"]] = row["work_units"];
+  }
+  EXPECT_EQ(credited, accepted_tokens);
+  EXPECT_EQ(credited.size(), 2u);
+  EXPECT_TRUE(credited.count(address[workers[0]]) && credited.count(address[workers[1]]));
+}
+
+TEST_F(Pipeline, ASwarmOfNodeAgentsIsInvitedAndTrains) { run_swarm(dir_, warm_start(), false); }
+
+TEST_F(Pipeline, ASwarmOfNodeAgentsIsInvitedAndTrainsWithRedisDiscovery) {
+  run_swarm(dir_, warm_start(), true);
 }
 
 TEST_F(Pipeline, AWorkerThatCannotStartEndsTheRunWithItsError) {

@@ -1,0 +1,106 @@
+#include "orchestrator/invite_sweep.h"
+
+#include <httplib.h>
+
+#include <chrono>
+
+#include "common/error.h"
+#include "common/logging.h"
+#include "discovery/client.h"
+#include "orchestrator/invite.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+SweepOptions SweepOptions::from_config(const Config& config) {
+  SweepOptions o;
+  o.discovery_url = config.get<std::string>("orchestrator.discovery_url");
+  o.interval_s = config.get_at_least<double>("orchestrator.invite_sweep_s", 0.05);
+  o.invite_ttl_s = config.get_at_least<int64_t>("orchestrator.invite_ttl_s", 1);
+  o.domain = config.get<std::string>("orchestrator.domain");
+  if (o.domain.empty()) o.domain = config.get<std::string>("env.name");
+  o.requirements = discovery::requirements(config, "orchestrator.requirements");
+  return o;
+}
+
+InviteSweep::InviteSweep(SweepOptions options, State& state)
+    : opt_(std::move(options)), state_(state) {}
+
+InviteSweep::~InviteSweep() { stop(); }
+
+void InviteSweep::start(const std::string& orchestrator_url) {
+  if (opt_.discovery_url.empty() || thread_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this, orchestrator_url] { loop(orchestrator_url); });
+}
+
+void InviteSweep::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void InviteSweep::loop(std::string orchestrator_url) {
+  double last_warning = -1e9;
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    lock.unlock();
+    try {
+      sweep_once(orchestrator_url);
+    } catch (const std::exception& e) {
+      if (now_s() - last_warning > 60) {  // an outage is logged, not a line per sweep
+        log::warn("orchestrator: invite sweep: {}", e.what());
+        last_warning = now_s();
+      }
+    }
+    lock.lock();
+    wake_.wait_for(lock, std::chrono::duration<double>(opt_.interval_s),
+                   [this] { return stopping_; });
+  }
+}
+
+int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
+  const Identity& keeper = state_.ledger().keeper();
+  discovery::Client discovery(opt_.discovery_url, opt_.request_timeout_s);
+  int64_t accepted = 0;
+  for (const discovery::DiscoveredNode& d : discovery.nodes(keeper)) {
+    const auto& m = d.metadata;
+    const double now = now_s();
+    if (!state_.wants_invite(m.address, now)) continue;
+    if (!discovery::unmet(m.hardware, opt_.requirements).empty()) continue;
+    const Invite invite =
+        make_invite(keeper, state_.run_id(), opt_.domain, m.address, orchestrator_url,
+                    static_cast<int64_t>(now), opt_.invite_ttl_s);
+    // Recorded first: the node may register before its answer reaches us.
+    state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now);
+    httplib::Client c(m.endpoint);
+    const auto t = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::duration<double>(opt_.request_timeout_s));
+    c.set_connection_timeout(t);
+    c.set_read_timeout(t);
+    c.set_write_timeout(t);
+    const auto res = c.Post("/invite", to_json(invite).dump(), "application/json");
+    if (res && res->status == 200) {
+      ++accepted;
+      log::info("orchestrator: invited node {} at {}", m.address, m.endpoint);
+    } else {
+      log::debug("orchestrator: node {} at {} did not take its invite ({})", m.address, m.endpoint,
+                 res ? fmt::format("status {}", res->status) : httplib::to_string(res.error()));
+    }
+  }
+  return accepted;
+}
+
+}  // namespace trellis::orchestrator
