@@ -138,11 +138,11 @@ struct NodeCounts {
 // What became of a registration (State::register_node).
 struct Registration {
   enum Outcome {
-    kRegistered,   // recorded (or refreshed)
-    kEvicted,      // the node is evicted: nothing changed
-    kReplayed,     // older than the node's newest registration (or as old, from another IP)
-    kNotAdmitted,  // the pool's policy does not admit it (no stake, not approved): see `why`
-    kBadInvite,    // the invite it names is unknown, used, expired or another node's: `why`
+    kRegistered,      // recorded (or refreshed)
+    kEvicted,         // the node is evicted: nothing changed
+    kReplayed,        // older than the node's newest registration (or as old, from another IP)
+    kNotAdmitted,     // the pool's policy does not admit it (no stake, not approved): see `why`
+    kBadInvite,       // the invite it names is unknown, used, expired or another node's: `why`
     kInviteRequired,  // it sent heartbeats and is dead: it returns only with a new invite
   };
   Outcome outcome = kRegistered;
