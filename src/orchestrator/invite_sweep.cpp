@@ -16,6 +16,10 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Invites sent per sweep, at most: each may wait request_timeout_s for a node that does not
+// answer, and nodes that did not get one this time are found again by the next sweep.
+constexpr int64_t kMaxInvitesPerSweep = 64;
+
 }  // namespace
 
 SweepOptions SweepOptions::from_config(const Config& config) {
@@ -74,12 +78,15 @@ void InviteSweep::loop(std::string orchestrator_url) {
 int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   const Identity& keeper = state_.ledger().keeper();
   discovery::Client discovery(opt_.discovery_url, opt_.request_timeout_s);
-  int64_t accepted = 0;
+  int64_t accepted = 0, sent = 0;
+  state_.forget_expired_invites(now_s());
   for (const discovery::DiscoveredNode& d : discovery.nodes(keeper)) {
     const auto& m = d.metadata;
     const double now = now_s();
+    if (sent == kMaxInvitesPerSweep) break;  // the rest next time: a sweep stays short
     if (!state_.wants_invite(m.address, now)) continue;
     if (!discovery::unmet(m.hardware, opt_.requirements).empty()) continue;
+    ++sent;
     const Invite invite =
         make_invite(keeper, state_.run_id(), opt_.domain, m.address, orchestrator_url,
                     static_cast<int64_t>(now), opt_.invite_ttl_s);

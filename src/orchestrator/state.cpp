@@ -79,6 +79,7 @@ CREATE TABLE IF NOT EXISTS invites (
   used_at REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS invites_by_node ON invites (node, expires);
+CREATE INDEX IF NOT EXISTS invites_by_expiry ON invites (expires);
 )sql";
 
 constexpr const char* kIndexes = R"sql(
@@ -376,6 +377,12 @@ void State::record_invite(const std::string& address, const std::string& nonce, 
   std::lock_guard lock(mu_);
   Stmt q(db_, "INSERT INTO invites (nonce, node, sent_at, expires) VALUES (?, ?, ?, ?)");
   q.bind(nonce).bind(address).bind(now).bind(expires).step();
+}
+
+void State::forget_expired_invites(double now) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, "DELETE FROM invites WHERE expires < ?");
+  q.bind(now).step();
 }
 
 bool State::wants_invite(const std::string& address, double now) {

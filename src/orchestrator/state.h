@@ -195,6 +195,10 @@ class State {
   // Whether the invite sweep should invite `address` at `now`: not evicted, not a live member,
   // and holding no unused invite that is still valid.
   bool wants_invite(const std::string& address, double now);
+  // Deletes the invites that expired before `now`, used or not (a used one is on the ledger): a
+  // stranger that never answers gets a new invite per lifetime, and the table stays bounded by
+  // the nodes in discovery.
+  void forget_expired_invites(double now);
   // The addresses holding an unused invite valid at `now` (state "invited").
   std::vector<std::string> invited(double now);
   // Why the pool's policy does not admit `address` now ("" when it does): under "stake", its stake

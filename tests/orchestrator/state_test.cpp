@@ -444,6 +444,9 @@ TEST(State, ADeadNodeReturnsOnlyWithAnInvite) {
     EXPECT_EQ(node_state(back.node, 131, policy), "healthy");
     s.evict(x, "caught", 140);
     EXPECT_FALSE(s.wants_invite(x, 300));  // an evicted address never rejoins
+    s.forget_expired_invites(300);         // all of them expired by then: none is kept
+    s.record_invite(z, n2, 400, 300);
+    EXPECT_EQ(s.invited(301), std::vector<std::string>{z});
   }
   std::vector<std::string> invites;
   const sqlite::Database reader(db, sqlite::Database::kReadOnly);

@@ -285,7 +285,7 @@ TEST_F(Pipeline, PartialRolloutWorkerFillsEveryStepWithGroupsNamingTheirDraws) {
   const auto rows = read_jsonl(run_dir / "metrics.jsonl");
   ASSERT_EQ(rows.size(), static_cast<size_t>(steps));
   for (const auto& row : rows) EXPECT_EQ(row["samples"].get<double>(), 64);
-  EXPECT_CONTAINS(read_file(run_dir / "logs" / "worker-0.log"), "C3PO++ partial rollouts");
+  EXPECT_CONTAINS(task_log(run_dir, 1), "C3PO++ partial rollouts");
   int files = 0;
   for (const auto& entry : fs::recursive_directory_iterator(run_dir / "rollouts")) {
     if (entry.path().extension() != ".parquet") continue;
@@ -377,7 +377,8 @@ std::vector<pid_t> children_of(pid_t pid) {
 // task; training proceeds. A worker task killed with SIGKILL is restarted by its agent and loads
 // its policy from the agent's weights cache. An agent stopped with SIGSTOP is Unhealthy after 3
 // missed heartbeats and Dead after 6 (refused work); after SIGCONT it is invited again and rejoins.
-// The ledger verifies and credits each node with the tokens the orchestrator accepted from it.
+// The ledger verifies, names an entry edited with sqlite3, records the stopped node's two invites
+// and credits each node with the tokens the orchestrator accepted from it.
 void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   const fs::path run_dir = dir / (redis ? "swarm-redis" : "swarm-sqlite");
   fs::create_directories(run_dir);
@@ -528,8 +529,24 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   // credited with the completion tokens the orchestrator accepted from it.
   const auto verified = run_trellis("ledger verify " + run_dir.string() + " --keeper " + keeper);
   ASSERT_EQ(verified.status, 0) << verified.output;
+  // An invite entry of this run's ledger edited with the sqlite3 shell: verify names it.
   const auto invites = run_trellis("ledger show --json --kind invite " + run_dir.string(), false);
   ASSERT_EQ(invites.status, 0);
+  ASSERT_FALSE(split_lines(invites.output).empty());
+  const std::string seq =
+      std::to_string(Json::parse(split_lines(invites.output)[0])["seq"].get<int64_t>());
+  const fs::path tampered = run_dir / "tampered";
+  fs::create_directories(tampered);
+  fs::copy_file(run_dir / "orchestrator.sqlite", tampered / "orchestrator.sqlite");
+  const std::string edit =
+      "UPDATE ledger SET body = replace(body, 'nonce', 'nonse') WHERE seq = " + seq;
+  ASSERT_EQ(
+      std::system(
+          ("sqlite3 " + (tampered / "orchestrator.sqlite").string() + " " + quoted(edit)).c_str()),
+      0);
+  const auto broken = run_trellis("ledger verify " + tampered.string() + " --keeper " + keeper);
+  EXPECT_EQ(broken.status, 1) << broken.output;
+  EXPECT_CONTAINS(broken.output, "entry " + seq);
   std::map<std::string, int> invites_of;
   for (const auto& line : split_lines(invites.output))
     ++invites_of[Json::parse(line)["body"]["node"].get<std::string>()];

@@ -55,7 +55,7 @@ CliResult run_attack(const std::string& args) {
 const std::map<std::string, std::vector<std::string>>& expected_checks() {
   static const std::map<std::string, std::vector<std::string>> m = {
       {"noisy_weights", {"toploc:"}},
-      {"older_policy", {"toploc:"}},
+      {"older_policy", {"toploc:", "sampling:"}},  // sampling when the versions are close
       {"fp8_weights", {"toploc:"}},
       {"small_model", {"sampling:"}},
       {"edited_tokens", {"sampling:"}},
@@ -116,9 +116,22 @@ class Attacks : public ::testing::Test {
         [&] { return fs::exists(relay_url) && fs::exists(run_dir_ / "orchestrator.url"); }, 180))
         << run_->log();
     url_ = read_url(run_dir_ / "orchestrator.url");
-    const fs::path honest_key = run_dir_ / "keys" / "worker-0.key";
-    ASSERT_TRUE(wait_for([&] { return fs::exists(honest_key); }, 180)) << run_->log();
-    honest_worker_ = Identity::load_or_create(honest_key).address();  // the worker made it
+    // The honest worker is the node agent that pulled task 1 (the worker task; 2 is the
+    // validator's): its key is the node's.
+    fs::path honest_node;
+    ASSERT_TRUE(wait_for(
+        [&] {
+          for (const char* node : {"node-0", "node-1"})
+            if (fs::exists(run_dir_ / "nodes" / node / "logs" / "task-1.log"))
+              honest_node = run_dir_ / "nodes" / node;
+          return !honest_node.empty();
+        },
+        180))
+        << run_->log();
+    honest_worker_ = Identity::load_or_create(honest_node / "node.key").address();
+    validator_log_ = (honest_node.filename() == "node-0" ? run_dir_ / "nodes" / "node-1"
+                                                         : run_dir_ / "nodes" / "node-0") /
+                     "logs" / "task-2.log";
 
     // The protocol abuse, while the attackers play: the servers' memory before it, each abuse's
     // answer, a flood of status requests, then whether the same processes still serve.
@@ -172,7 +185,7 @@ class Attacks : public ::testing::Test {
           return true;
         },
         300))
-        << read_file(run_dir_ / "logs" / "validator-0.log");
+        << read_file(validator_log_);
     submissions_ = client.submissions();
     nodes_seen_ = client.nodes();
     // The run goes on to its last step.
@@ -225,6 +238,7 @@ class Attacks : public ::testing::Test {
   static inline int run_status_ = -1;
   static inline fs::path dir_, run_dir_;
   static inline std::string url_, honest_worker_;
+  static inline fs::path validator_log_;
   static inline std::unique_ptr<TrellisProcess> run_;
   static inline std::map<std::string, std::string> nodes_, outputs_;
   static inline std::vector<orchestrator::Submission> submissions_;
@@ -244,7 +258,9 @@ TEST_F(Attacks, HonestWorkersAreNeverRejected) {
 }
 
 TEST_F(Attacks, DifferentWeightsAreCaughtByTheProof) { expect_rejected("noisy_weights"); }
-TEST_F(Attacks, AnOlderPolicyThanClaimedIsCaughtByTheProof) { expect_rejected("older_policy"); }
+TEST_F(Attacks, AnOlderPolicyThanClaimedIsCaughtByRecomputation) {
+  expect_rejected("older_policy");
+}
 TEST_F(Attacks, Fp8WeightsAreCaughtByTheProof) { expect_rejected("fp8_weights"); }
 TEST_F(Attacks, TokensOfACheaperModelAreCaughtBySampling) { expect_rejected("small_model"); }
 TEST_F(Attacks, EditedTokensAreCaughtBySampling) { expect_rejected("edited_tokens"); }
