@@ -1,0 +1,199 @@
+// The node registry's routes: registration (POST /nodes), heartbeats, the pool owner's stake
+// deposits, approvals and evictions, the node listing and the relays' IP allowlist; and what
+// every node request checks of its sender (require_member).
+
+#include "orchestrator/api_impl.h"
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/hashing.h"
+#include "common/http_service.h"
+#include "common/json.h"
+#include "common/logging.h"
+#include "rollout/store.h"
+
+namespace trellis::orchestrator {
+
+using namespace api_detail;
+
+namespace {
+
+Json node_json(const Node& n, const PoolPolicy& policy) {
+  return {{"address", n.address},
+          {"state", node_state(n, now_s(), policy)},
+          {"heartbeat_at", n.heartbeat_at},
+          {"ip", n.ip},
+          {"registered_at", n.registered_at},
+          {"last_seen", n.last_seen},
+          {"signed_at", n.signed_at},
+          {"evicted", n.evicted},
+          {"evicted_reason", n.evicted_reason},
+          {"evicted_at", n.evicted_at},
+          {"rejections", n.rejections},
+          {"last_rejection", n.last_rejection}};
+}
+
+constexpr size_t kMaxReasonBytes = 1000;  // of an eviction's reason
+
+}  // namespace
+
+void Server::Impl::require_member(const std::string& address) {
+  const auto n = state.node(address);
+  if (!n) {
+    refuse(403, "not_registered",
+           fmt::format("node {} is not registered: register with POST /nodes first", address));
+  }
+  if (n->evicted) refuse(403, "evicted", eviction_message(*n));
+  if (node_state(*n, now_s(), opt.pool) == "dead") refuse(403, "not_registered", dead_message(*n));
+  // Admitted when it registered, but a slash may have left its stake short since.
+  if (std::string why = state.admission_problem(address); !why.empty()) {
+    refuse(403, "not_admitted", why);
+  }
+}
+
+void Server::Impl::register_node(const httplib::Request& req, httplib::Response& res) {
+  const std::string where = "POST /nodes";
+  const Json body = parse_body(req, where);
+  const std::string address = address_field(body, "address", where);
+  const int64_t timestamp = require_signed_by(req, address, sha256_hex(req.body), where);
+  std::string invite;  // the nonce of the invite the node accepted, if it was invited
+  if (body.contains("invite")) {
+    invite = string_field(body, "invite", where);
+    if (invite.size() != 32 || invite.find_first_not_of("0123456789abcdef") != std::string::npos)
+      refuse(400, "malformed_request",
+             fmt::format("field 'invite' must be an invite's nonce: 32 hex digits ({})", where));
+  }
+  const std::string ip = client_ip(req, opt.trusted_proxies);
+  const Registration r = state.register_node(address, ip, timestamp, now_s(), invite);
+  if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
+  if (r.outcome == Registration::kNotAdmitted) refuse(403, "not_admitted", r.why);
+  if (r.outcome == Registration::kBadInvite) refuse(403, "bad_invite", r.why);
+  if (r.outcome == Registration::kInviteRequired) refuse(403, "invite_required", r.why);
+  if (r.outcome == Registration::kReplayed) {
+    refuse(401, "registration_replayed",
+           fmt::format("node {}: a registration signed at {} is already recorded; this one is "
+                       "signed at {} (a replayed or reordered request: sign a fresh one)",
+                       address, r.node.signed_at, timestamp));
+  }
+  log::info("orchestrator: node {} registered from {}{}", address, ip,
+            invite.empty() ? "" : " with invite " + invite);
+  reply_json(res, {{"address", address}, {"ip", ip}});
+}
+
+std::string Server::Impl::path_address(const httplib::Request& req, const std::string& where) {
+  const std::string address = req.matches[1].str();
+  if (!rollout::is_node_address(address)) {
+    refuse(400, "malformed_request",
+           fmt::format("'{}' is not a node address: 64 lowercase hex digits (an Ed25519 public "
+                       "key) ({})",
+                       address.substr(0, 200), where));
+  }
+  return address;
+}
+
+void Server::Impl::deposit_stake(const httplib::Request& req, httplib::Response& res) {
+  const std::string where = "POST /nodes/<address>/stake";
+  const std::string address = path_address(req, where);
+  const int64_t amount = integer_field(parse_body(req, where), "amount", 1, INT32_MAX, where);
+  const int64_t stake = state.deposit_stake(address, amount);
+  log::info("orchestrator: node {} staked {} work units (now {})", address, amount, stake);
+  reply_json(res, {{"node", address}, {"stake", stake}});
+}
+
+void Server::Impl::approve(const httplib::Request& req, httplib::Response& res) {
+  const std::string address = path_address(req, "POST /nodes/<address>/approve");
+  if (state.approve(address)) log::info("orchestrator: node {} approved", address);
+  reply_json(res, {{"node", address}, {"approved", true}});
+}
+
+std::string Server::Impl::dead_message(const Node& n) const {
+  return fmt::format(
+      "node {} is not registered: no heartbeat for {:.0f} s, it is Dead (more than {} missed "
+      "at orchestrator.heartbeat_s = {}); register again with POST /nodes",
+      n.address, now_s() - n.heartbeat_at, opt.pool.dead_after, opt.pool.heartbeat_s);
+}
+
+void Server::Impl::heartbeat(const httplib::Request& req, httplib::Response& res) {
+  const std::string where = "POST /heartbeat";
+  const Json body = parse_body(req, where);
+  const std::string address = address_field(body, "node_address", where);
+  require_signed_by(req, address, sha256_hex(req.body), where);
+  if (body.contains("state") && string_field(body, "state", where).size() > 64) {
+    refuse(400, "malformed_request", fmt::format("field 'state' is over 64 bytes ({})", where));
+  }
+  switch (state.heartbeat(address, now_s())) {
+    case State::Beat::kRecorded:
+      break;
+    case State::Beat::kNotRegistered:
+      refuse(403, "not_registered",
+             fmt::format("node {} is not registered: register with POST /nodes first", address));
+    case State::Beat::kEvicted:
+      refuse(403, "evicted", eviction_message(*state.node(address)));
+    case State::Beat::kDead:
+      refuse(403, "not_registered", dead_message(*state.node(address)));
+  }
+  const std::optional<Task> task = state.task_for(address, now_s());
+  reply_json(res, {{"state", "healthy"},
+                   {"interval_s", opt.pool.heartbeat_s},
+                   {"task", task ? task_json(*task) : Json()}});
+}
+
+void Server::Impl::list_nodes(const httplib::Request& req, httplib::Response& res) {
+  Json nodes = Json::array();
+  for (const Node& n : state.nodes()) nodes.push_back(node_json(n, opt.pool));
+  // Nodes found in discovery and sent an invite they have not used yet.
+  reply_json(res, {{"nodes", nodes}, {"invited", state.invited(now_s())}});
+}
+
+void Server::Impl::evict(const httplib::Request& req, httplib::Response& res) {
+  const std::string where = "POST /nodes/<address>/evict";
+  const std::string address = path_address(req, where);
+  std::string reason;
+  if (!req.body.empty()) {
+    const Json body = parse_body(req, where);
+    if (body.contains("reason")) reason = string_field(body, "reason", where);
+  }
+  if (reason.size() > kMaxReasonBytes) {
+    refuse(400, "malformed_request",
+           fmt::format("field 'reason' is longer than {} bytes ({})", kMaxReasonBytes, where));
+  }
+  if (reason.empty()) reason = "no reason given";
+  Eviction e;
+  {
+    std::lock_guard lock(decide_mu);  // no upload of the node is accepted after this answer
+    e = state.evict(address, reason, now_s());
+    drop_files(e.rejected);
+  }
+  log_eviction(e);
+  reply_json(res, node_json(e.node, opt.pool));
+}
+
+void Server::Impl::log_eviction(const Eviction& e) {
+  log::warn("orchestrator: node {} ({}) evicted: {}", e.node.address,
+            e.node.ip.empty() ? "no IP" : e.node.ip, e.node.evicted_reason);
+  for (const SubmissionKey& key : e.rejected) {
+    log::warn("orchestrator: rejected {} while it was being validated: {}", describe(key),
+              eviction_message(e.node));
+  }
+}
+
+void Server::Impl::drop_files(const std::vector<SubmissionKey>& keys) {
+  for (const SubmissionKey& key : keys) {
+    try {
+      validating.remove(key.step, file_name(key));
+    } catch (const Error& e) {
+      log::error("orchestrator: {}", e.what());
+    }
+  }
+}
+
+void Server::Impl::allowlist(const httplib::Request& req, httplib::Response& res) {
+  const Allowlist a = state.allowlist(now_s());
+  reply_json(res, {{"revision", a.revision}, {"ips", a.ips}});
+}
+
+}  // namespace trellis::orchestrator
