@@ -70,7 +70,13 @@ void add_owner_commands(CLI::App* cmd) {
       ->check(CLI::ExistingFile);
   task->add_option("--node", task_node,
                    "the node to run it (default: the next live node without one)");
-  for (CLI::App* sub : {stake, approve, task}) {
+  static int64_t lines = 100;
+  auto* logs = cmd->add_subcommand("logs", "Print the end of a node's task log (from its agent)");
+  logs->add_option("address", address, "the node's address (64 hex digits)")->required();
+  logs->add_option("--lines", lines, "how many lines")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000));
+  for (CLI::App* sub : {stake, approve, task, logs}) {
     sub->add_option("--run-dir", flags.run_dir, "the orchestrator's run directory")->required();
     sub->add_option("--set", flags.overrides, "override one key: section.key=value (repeatable)");
     sub->fallthrough();
@@ -83,6 +89,7 @@ void add_owner_commands(CLI::App* cmd) {
     owner_client(flags).approve(address);
     std::cout << fmt::format("node {} is approved\n", address);
   });
+  logs->callback([] { std::cout << owner_client(flags).node_logs(address, lines); });
   task->callback([] {
     const int64_t id = owner_client(flags).create_task(role, read_file(task_config), task_node);
     std::cout << fmt::format("task {} ({}) created\n", id, role);
@@ -135,7 +142,7 @@ void add_orchestrator_command(CLI::App& app) {
   });
   add_owner_commands(cmd);
   cmd->callback([cmd, nginx] {
-    for (const char* sub : {"stake", "approve", "task"}) {
+    for (const char* sub : {"stake", "approve", "task", "logs"}) {
       if (cmd->get_subcommand(sub)->parsed()) return;
     }
     if (nginx->parsed()) return;

@@ -308,6 +308,8 @@ void Server::Impl::routes() {
   svr.Get("/nodes", guarded([this](const auto& req, auto& res) {  // node IPs: operators only
             list_nodes(req, res);
           }));
+  svr.Get(R"(/nodes/([^/]+)/logs)",
+          guarded([this](const auto& req, auto& res) { node_logs(req, res); }));
   svr.Post(R"(/nodes/([^/]+)/evict)",
            guarded([this](const auto& req, auto& res) { evict(req, res); }));
   svr.Post(R"(/nodes/([^/]+)/stake)",
@@ -351,8 +353,8 @@ std::optional<Role> Server::Impl::privileged(const httplib::Request& req) {
   if (p.starts_with("/steps/") || p.starts_with("/rollouts/")) return Role::kTrainer;
   if (p == "/allowlist") return Role::kRelay;  // the pool's node IPs
   if (p == "/tasks") return Role::kTrainer;    // the pool owner's
-  if (p.starts_with("/nodes/") &&
-      (p.ends_with("/evict") || p.ends_with("/stake") || p.ends_with("/approve"))) {
+  if (p.starts_with("/nodes/") && (p.ends_with("/evict") || p.ends_with("/stake") ||
+                                   p.ends_with("/approve") || p.ends_with("/logs"))) {
     return Role::kTrainer;  // the pool owner's
   }
   return std::nullopt;

@@ -173,6 +173,11 @@ struct Server::Impl {
   // POST /nodes/<address>/approve: the pool owner admits the node (join = "approval").
   void approve(const httplib::Request& req, httplib::Response& res);
 
+  // GET /nodes/<address>/logs?lines=N: the end of the node's task log, fetched from its agent's
+  // endpoint (known from the invite it joined with) with a request signed by the orchestrator's
+  // key; at most 1 MiB of the answer is read.
+  void node_logs(const httplib::Request& req, httplib::Response& res);
+
   std::string dead_message(const Node& n) const;
 
   // POST /heartbeat {node_address, state?}, signed by the node: it is alive. The answer says how

@@ -14,6 +14,7 @@
 #include "common/http_service.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "common/request_signing.h"
 #include "rollout/store.h"
 
 namespace trellis::orchestrator {
@@ -21,6 +22,10 @@ namespace trellis::orchestrator {
 using namespace api_detail;
 
 namespace {
+
+// What GET /nodes/<address>/logs asks of an agent, and reads of its answer.
+constexpr int64_t kMaxLogLines = 10'000;
+constexpr size_t kMaxLogBytes = 1 << 20;
 
 Json node_json(const Node& n, const PoolPolicy& policy) {
   return {{"address", n.address},
@@ -108,6 +113,47 @@ void Server::Impl::approve(const httplib::Request& req, httplib::Response& res) 
   const std::string address = path_address(req, "POST /nodes/<address>/approve");
   if (state.approve(address)) log::info("orchestrator: node {} approved", address);
   reply_json(res, {{"node", address}, {"approved", true}});
+}
+
+void Server::Impl::node_logs(const httplib::Request& req, httplib::Response& res) {
+  const std::string where = "GET /nodes/<address>/logs";
+  const std::string address = path_address(req, where);
+  int64_t lines = 100;
+  if (req.has_param("lines")) {
+    const auto n = parse_index(req.get_param_value("lines"));
+    if (!n || *n < 1 || *n > kMaxLogLines)
+      refuse(400, "malformed_request",
+             fmt::format("lines must be 1 to {} ({})", kMaxLogLines, where));
+    lines = *n;
+  }
+  const std::string endpoint = state.node_endpoint(address);
+  if (endpoint.empty()) {
+    refuse(404, "no_endpoint",
+           fmt::format("node {} never joined through an invite: no agent endpoint is known ({})",
+                       address, where));
+  }
+  const std::string target = fmt::format("/logs?lines={}", lines);
+  httplib::Headers headers;
+  for (auto& [k, v] : sign_request(state.ledger().keeper(), address, "GET", target, sha256_hex(""),
+                                   static_cast<int64_t>(now_s())))
+    headers.emplace(k, v);
+  httplib::Client c(endpoint);
+  c.set_connection_timeout(5);
+  c.set_read_timeout(5);
+  std::string body;
+  const auto answer = c.Get(target, headers, [&](const char* data, size_t n) {
+    if (body.size() + n > kMaxLogBytes) return false;  // a node cannot flood the orchestrator
+    body.append(data, n);
+    return true;
+  });
+  if (!answer || answer->status != 200) {
+    refuse(502, "node_unreachable",
+           fmt::format(
+               "node {} at {} did not give its logs: {} ({})", address, endpoint,
+               answer ? fmt::format("HTTP {}", answer->status) : httplib::to_string(answer.error()),
+               where));
+  }
+  res.set_content(body, "text/plain");
 }
 
 std::string Server::Impl::dead_message(const Node& n) const {

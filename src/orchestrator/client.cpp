@@ -289,6 +289,14 @@ Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
   }
 }
 
+std::string Client::node_logs(const std::string& address, int64_t lines) {
+  const std::string path = fmt::format("/nodes/{}/logs?lines={}", address, lines);
+  auto c = connect(base_url_, token_, timeout_s_);
+  auto res = c.Get(path);
+  if (!res || res->status != 200) fail(base_url_ + path, "no logs: {}", reason(res));
+  return res->body;
+}
+
 std::vector<Task> Client::tasks() {
   const Json j = get_json(base_url_, token_, timeout_s_, "/tasks");
   std::vector<Task> out;

@@ -129,6 +129,9 @@ class Client {
   // without one) to run with `config` (TOML); the task's id.
   int64_t create_task(const std::string& role, const std::string& config,
                       const std::string& node = "");
+  // GET /nodes/<address>/logs (the trainer token): the end (`lines` lines) of the node's task
+  // log, which the orchestrator fetches from the node's agent.
+  std::string node_logs(const std::string& address, int64_t lines = 100);
   // GET /tasks (the trainer token): every task, by id.
   std::vector<Task> tasks();
   // POST /nodes/<address>/evict (needs the trainer token): `address` is refused from now on.

@@ -91,7 +91,8 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
         make_invite(keeper, state_.run_id(), opt_.domain, m.address, orchestrator_url,
                     static_cast<int64_t>(now), opt_.invite_ttl_s);
     // Recorded first: the node may register before its answer reaches us.
-    state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now);
+    state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now,
+                         m.endpoint);
     httplib::Client c(m.endpoint);
     const auto t = std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::duration<double>(opt_.request_timeout_s));

@@ -74,6 +74,7 @@ constexpr const char* kInvitesTable = R"sql(
 CREATE TABLE IF NOT EXISTS invites (
   nonce TEXT PRIMARY KEY,
   node TEXT NOT NULL,
+  endpoint TEXT NOT NULL DEFAULT '',
   sent_at REAL NOT NULL,
   expires REAL NOT NULL,
   used_at REAL NOT NULL DEFAULT 0
@@ -373,15 +374,25 @@ std::string State::use_invite_locked(const std::string& address, const std::stri
 }
 
 void State::record_invite(const std::string& address, const std::string& nonce, double expires,
-                          double now) {
+                          double now, const std::string& endpoint) {
   std::lock_guard lock(mu_);
-  Stmt q(db_, "INSERT INTO invites (nonce, node, sent_at, expires) VALUES (?, ?, ?, ?)");
-  q.bind(nonce).bind(address).bind(now).bind(expires).step();
+  Stmt q(db_,
+         "INSERT INTO invites (nonce, node, endpoint, sent_at, expires) VALUES (?, ?, ?, ?, ?)");
+  q.bind(nonce).bind(address).bind(endpoint).bind(now).bind(expires).step();
+}
+
+std::string State::node_endpoint(const std::string& address) {
+  std::lock_guard lock(mu_);
+  Stmt q(
+      db_,
+      "SELECT endpoint FROM invites WHERE node = ? AND used_at > 0 ORDER BY used_at DESC LIMIT 1");
+  q.bind(address);
+  return q.step() ? q.text(0) : "";
 }
 
 void State::forget_expired_invites(double now) {
   std::lock_guard lock(mu_);
-  Stmt q(db_, "DELETE FROM invites WHERE expires < ?");
+  Stmt q(db_, "DELETE FROM invites WHERE expires < ? AND used_at = 0");
   q.bind(now).step();
 }
 

@@ -188,16 +188,19 @@ class State {
   // heartbeats and died (kInviteRequired), and leaves a live one's clock as it was.
   Registration register_node(const std::string& address, const std::string& ip, int64_t signed_at,
                              double now, const std::string& invite = "");
-  // Records an invite sent to `address` (valid until `expires`), so that its registration can use
-  // it once.
+  // Records an invite sent to `address` (valid until `expires`) at its agent's `endpoint`, so
+  // that its registration can use it once.
   void record_invite(const std::string& address, const std::string& nonce, double expires,
-                     double now);
+                     double now, const std::string& endpoint = "");
+  // The agent endpoint `address` joined through (its newest used invite's); "" when it never
+  // joined by invite.
+  std::string node_endpoint(const std::string& address);
   // Whether the invite sweep should invite `address` at `now`: not evicted, not a live member,
   // and holding no unused invite that is still valid.
   bool wants_invite(const std::string& address, double now);
-  // Deletes the invites that expired before `now`, used or not (a used one is on the ledger): a
-  // stranger that never answers gets a new invite per lifetime, and the table stays bounded by
-  // the nodes in discovery.
+  // Deletes the unused invites that expired before `now`: a stranger that never answers gets a
+  // new invite per lifetime, and the table stays bounded by the nodes in discovery and the joins
+  // (a used invite is kept: the endpoint its node joined through).
   void forget_expired_invites(double now);
   // The addresses holding an unused invite valid at `now` (state "invited").
   std::vector<std::string> invited(double now);

@@ -438,15 +438,18 @@ TEST(State, ADeadNodeReturnsOnlyWithAnInvite) {
     // Silent for 6 intervals: dead; a plain registration cannot bring it back.
     EXPECT_EQ(s.register_node(x, "10.0.0.1", 4, 127).outcome, Registration::kInviteRequired);
     EXPECT_TRUE(s.wants_invite(x, 127));
-    s.record_invite(x, n3, 200, 127);
+    s.record_invite(x, n3, 200, 127, "http://10.0.0.1:7000");
+    EXPECT_EQ(s.node_endpoint(x), "");  // not joined through it yet
     const Registration back = s.register_node(x, "10.0.0.1", 5, 130, n3);
     ASSERT_EQ(back.outcome, Registration::kRegistered);
     EXPECT_EQ(node_state(back.node, 131, policy), "healthy");
+    EXPECT_EQ(s.node_endpoint(x), "http://10.0.0.1:7000");
     s.evict(x, "caught", 140);
     EXPECT_FALSE(s.wants_invite(x, 300));  // an evicted address never rejoins
-    s.forget_expired_invites(300);         // all of them expired by then: none is kept
+    s.forget_expired_invites(300);         // unused and expired: forgotten; used: kept
     s.record_invite(z, n2, 400, 300);
     EXPECT_EQ(s.invited(301), std::vector<std::string>{z});
+    EXPECT_THROW(s.record_invite(x, n3, 400, 300), Error);  // x's used invite is still there
   }
   std::vector<std::string> invites;
   const sqlite::Database reader(db, sqlite::Database::kReadOnly);

@@ -499,6 +499,11 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   ASSERT_EQ(after.size(), 1u);
   EXPECT_NE(after[0], before[0]);
   EXPECT_CONTAINS(agents[w]->log(), "exited with status 137");
+  // The pool owner reads that task's log through the orchestrator, which asks the node's agent.
+  const auto logs = run_trellis("orchestrator logs " + address[w] + " --lines 2000 --run-dir " +
+                                run_dir.string());
+  EXPECT_EQ(logs.status, 0) << logs.output;
+  EXPECT_CONTAINS(logs.output, "loaded from the weights cache");
 
   // An agent stops (SIGSTOP): Unhealthy after 3 missed heartbeats, Dead after 6, and then refused.
   const int s = workers[1];
