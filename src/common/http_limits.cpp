@@ -15,6 +15,18 @@ void refuse_and_close(httplib::Response& res, int status, const std::string& cod
   res.set_content(Json{{"error", message}, {"code", code}}.dump(), "application/json");
 }
 
+void refuse_unbounded_bodies(httplib::Server& svr, size_t max_body_bytes) {
+  svr.set_payload_max_length(max_body_bytes);
+  svr.set_pre_routing_handler(
+      [max_body_bytes](const httplib::Request& req, httplib::Response& res) {
+        if (const auto refusal = unbounded_body(req, max_body_bytes)) {
+          refuse_and_close(res, refusal->status, refusal->code, refusal->message);
+          return httplib::Server::HandlerResponse::Handled;
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+      });
+}
+
 std::optional<BodyRefusal> unbounded_body(const httplib::Request& req, size_t max_body_bytes) {
   if (req.has_header("Transfer-Encoding")) {
     return BodyRefusal{411, "length_required",

@@ -25,6 +25,10 @@ struct BodyRefusal {
 // body is never parsed as a request).
 std::optional<BodyRefusal> unbounded_body(const httplib::Request& req, size_t max_body_bytes);
 
+// For a server whose only pre-routing check is this one (discovery, the node agent): bodies over
+// `max_body_bytes`, chunked or compressed are answered with their refusal before they are read.
+void refuse_unbounded_bodies(httplib::Server& svr, size_t max_body_bytes);
+
 // Answers `status` with {"error": message, "code": code} and closes the connection.
 void refuse_and_close(httplib::Response& res, int status, const std::string& code,
                       const std::string& message);

@@ -104,14 +104,7 @@ struct Server::Impl {
 
   void routes() {
     svr.new_task_queue = [] { return new httplib::ThreadPool(8); };
-    svr.set_payload_max_length(static_cast<size_t>(opt.max_request_bytes));
-    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (const auto refusal = unbounded_body(req, static_cast<size_t>(opt.max_request_bytes))) {
-        refuse_and_close(res, refusal->status, refusal->code, refusal->message);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
+    refuse_unbounded_bodies(svr, static_cast<size_t>(opt.max_request_bytes));
     svr.Get("/healthz",
             guarded([](const auto&, auto& res) { res.set_content("ok", "text/plain"); }));
     svr.Get("/status", guarded([this](const auto&, auto& res) {

@@ -345,14 +345,7 @@ class Agent {
     svr_.new_task_queue = [] { return new httplib::ThreadPool(4); };
     svr_.set_read_timeout(5, 0);
     svr_.set_write_timeout(5, 0);
-    svr_.set_payload_max_length(kMaxRequestBytes);
-    svr_.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
-      if (const auto refusal = unbounded_body(req, kMaxRequestBytes)) {
-        refuse_and_close(res, refusal->status, refusal->code, refusal->message);
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
+    refuse_unbounded_bodies(svr_, kMaxRequestBytes);
     svr_.Get("/healthz",
              guarded([](const auto&, auto& res) { res.set_content("ok", "text/plain"); }));
     svr_.Get("/status", guarded([this](const auto&, auto& res) {

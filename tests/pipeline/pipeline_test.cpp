@@ -101,6 +101,22 @@ class Pipeline : public ::testing::Test {
         names.insert(fmt::format("step_{}/{} {}", s, f.name, f.sha256));
     return names;
   }
+  // The work units `trellis ledger contributions` credits each node of `run_dir` with, checked
+  // to equal the completion tokens the orchestrator accepted from it.
+  static std::map<std::string, int64_t> credited_as_accepted(const fs::path& run_dir,
+                                                             orchestrator::State& state) {
+    std::map<std::string, int64_t> accepted_tokens, credited;
+    for (const auto& sub : state.submissions("accepted"))
+      accepted_tokens[sub.key.node_address] += sub.counts.completion_tokens;
+    const auto sums = run_trellis("ledger contributions --json " + run_dir.string(), false);
+    EXPECT_EQ(sums.status, 0) << sums.output;
+    for (const auto& line : split_lines(sums.output)) {
+      const Json row = Json::parse(line);
+      if (row["work_units"].get<int64_t>() > 0) credited[row["node"]] = row["work_units"];
+    }
+    EXPECT_EQ(credited, accepted_tokens);
+    return credited;
+  }
   // The log of the node agents' task `id` in `run_dir` ("" when no agent ran it).
   static std::string task_log(const fs::path& run_dir, int id) {
     std::string log;
@@ -252,19 +268,7 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   const auto verified = run_trellis("ledger verify " + run_dir.string() + " --keeper " + keeper);
   ASSERT_EQ(verified.status, 0) << verified.output;
   EXPECT_CONTAINS(verified.output, "entries verify");
-  std::map<std::string, int64_t> accepted_tokens;
-  for (const auto& sub : state.submissions("accepted")) {
-    accepted_tokens[sub.key.node_address] += sub.counts.completion_tokens;
-  }
-  const auto sums = run_trellis("ledger contributions --json " + run_dir.string(), false);
-  ASSERT_EQ(sums.status, 0) << sums.output;
-  std::map<std::string, int64_t> credited;
-  for (const auto& line : split_lines(sums.output)) {
-    const Json row = Json::parse(line);
-    if (row["work_units"].get<int64_t>() > 0) credited[row["node"]] = row["work_units"];
-  }
-  EXPECT_EQ(credited, accepted_tokens);
-  EXPECT_EQ(credited.size(), 2u);
+  EXPECT_EQ(credited_as_accepted(run_dir, state).size(), 2u);
   // The validator's verdicts are its own statements on the ledger.
   const auto verdicts = run_trellis("ledger show --json --kind verdict " + run_dir.string(), false);
   ASSERT_EQ(verdicts.status, 0);
@@ -559,16 +563,7 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   EXPECT_EQ(invites_of[address[w]], 1);
   orchestrator::State state(run_dir / "orchestrator.sqlite", "",
                             Identity::load_or_create(run_dir / "keys" / "orchestrator.key"));
-  std::map<std::string, int64_t> accepted_tokens;
-  for (const auto& sub : state.submissions("accepted"))
-    accepted_tokens[sub.key.node_address] += sub.counts.completion_tokens;
-  const auto sums = run_trellis("ledger contributions --json " + run_dir.string(), false);
-  std::map<std::string, int64_t> credited;
-  for (const auto& line : split_lines(sums.output)) {
-    const Json row = Json::parse(line);
-    if (row["work_units"].get<int64_t>() > 0) credited[row["node"]] = row["work_units"];
-  }
-  EXPECT_EQ(credited, accepted_tokens);
+  const auto credited = Pipeline::credited_as_accepted(run_dir, state);
   EXPECT_EQ(credited.size(), 2u);
   EXPECT_TRUE(credited.count(address[workers[0]]) && credited.count(address[workers[1]]));
 }
