@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "common/source_address.h"
 
 namespace trellis::cli {
 
@@ -30,6 +31,7 @@ Config RunFlags::resolve() const {
   compute.apply(all);
   Config config = Config::resolve(files, all);
   if (!run_dir.empty()) config.set_string("run.dir", run_dir);
+  set_source_address(config);
   if (resume && config.get<std::string>("run.dir").empty()) {
     fail("--resume", "name the run to resume with --run-dir DIR (or run.dir)");
   }

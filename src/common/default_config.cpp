@@ -18,6 +18,9 @@ device = "cpu"          # cpu | cuda
 dtype = "auto"          # auto | bf16 | fp32: compute dtype; auto = bf16 where the hardware has it
 threads = 0             # CPU threads for tensor math; 0 = every core
 
+[network]
+source_address = ""     # local IP address this process's outgoing connections come from (the address the orchestrator registers and relays allow); "" = the system's choice. `trellis run` gives each node agent its own (127.0.0.N)
+
 [log]
 level = "info"          # trace | debug | info | warn | error
 

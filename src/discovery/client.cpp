@@ -10,12 +10,14 @@
 #include "common/hashing.h"
 #include "common/json.h"
 #include "common/request_signing.h"
+#include "common/source_address.h"
 
 namespace trellis::discovery {
 namespace {
 
 httplib::Client connect(const std::string& base_url, double timeout_s) {
   httplib::Client c(base_url);
+  if (const std::string from = source_address(); !from.empty()) c.set_interface(from);
   const auto t = std::chrono::duration_cast<std::chrono::microseconds>(
       std::chrono::duration<double>(timeout_s));
   c.set_connection_timeout(t);

@@ -17,6 +17,7 @@
 #include "common/http_service.h"
 #include "common/identity.h"
 #include "common/logging.h"
+#include "common/source_address.h"
 #include "discovery/client.h"
 #include "node/hardware.h"
 #include "orchestrator/client.h"
@@ -257,6 +258,10 @@ class Agent {
     if (role->key_file_key) {
       argv.push_back("--set");
       argv.push_back(std::string(role->key_file_key) + "=" + toml_string(identity_file().string()));
+    }
+    if (const std::string from = source_address(); !from.empty()) {  // the node's address
+      argv.push_back("--set");
+      argv.push_back("network.source_address=" + toml_string(from));
     }
     if (task.role == "relay") {
       argv.push_back("--set");

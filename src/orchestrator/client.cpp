@@ -10,6 +10,7 @@
 #include "common/hashing.h"
 #include "common/json.h"
 #include "common/request_signing.h"
+#include "common/source_address.h"
 #include "orchestrator/api.h"
 
 namespace trellis::orchestrator {
@@ -64,6 +65,7 @@ namespace {
 
 httplib::Client connect(const std::string& base_url, const std::string& token, double timeout_s) {
   httplib::Client c(base_url);
+  if (const std::string from = source_address(); !from.empty()) c.set_interface(from);
   const auto t = std::chrono::duration<double>(timeout_s);
   c.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
   c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));

@@ -186,13 +186,25 @@ class Launcher {
       relay_urls += (relay_urls.empty() ? "\"" : ",\"") + r.url + "\"";
     if (relays_list_.empty()) relay_urls = "\"" + origin + "\"";
     create_tasks("[" + relay_urls + "]");
+    // On loopback each agent connects from an address of its own (127.0.0.2, ...), as nodes on
+    // different machines would: the orchestrator and the relays' allowlist tell them apart.
+    const bool loopback = url_.starts_with("http://127.") || url_.starts_with("http://localhost");
     for (int64_t i = 0; i < workers_ + validators_; ++i) {
       Agent a;
       a.name = "node-" + std::to_string(i);
       a.dir = run_dir_ / "nodes" / a.name;
-      a.process = role(a.name, {"node", "--set", "node.name=" + a.name, "--set",
-                                "node.discovery_url=" + discovery_url_, "--set",
-                                "node.pools=[\"" + keeper_ + "\"]"});
+      std::vector<std::string> args = {"node",
+                                       "--set",
+                                       "node.name=" + a.name,
+                                       "--set",
+                                       "node.discovery_url=" + discovery_url_,
+                                       "--set",
+                                       "node.pools=[\"" + keeper_ + "\"]"};
+      if (loopback && i < 250) {
+        args.push_back("--set");
+        args.push_back(fmt::format("network.source_address=\"127.0.0.{}\"", i + 2));
+      }
+      a.process = role(a.name, args);
       a.process->start();
       agents_.push_back(std::move(a));
     }

@@ -6,6 +6,8 @@
 #include <curl/curl.h>
 #include <fmt/format.h>
 
+#include "common/source_address.h"
+
 namespace trellis::shardcast {
 namespace {
 
@@ -63,6 +65,9 @@ HttpResult http_get(const std::string& url, const HttpOptions& options,
   CURL* curl = thread_handle();
   const bool ranged = options.range_end > 0;
   Transfer t{ranged ? 206L : 200L, &sink, &options.cancelled, &error_body, curl};
+  const std::string from = source_address();
+  const std::string interface = "host!" + from;  // an address, never an interface name
+  if (!from.empty()) curl_easy_setopt(curl, CURLOPT_INTERFACE, interface.c_str());
   if (ranged) {  // libcurl copies the string
     const std::string range = fmt::format("{}-{}", options.range_begin, options.range_end - 1);
     curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());

@@ -6,6 +6,7 @@
 // the steps with groups that name their draws; a worker that cannot start ends the run with its
 // error. A swarm of node agents (discovery, invites, heartbeats, tasks) trains the same way, on
 // SQLite and on Redis discovery, through a stopped agent and a killed task.
+#include <httplib.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -380,7 +381,8 @@ std::vector<pid_t> children_of(pid_t pid) {
 // orchestrator's key. They are invited, send heartbeats and pull two worker tasks and a validator
 // task; training proceeds. A worker task killed with SIGKILL is restarted by its agent and loads
 // its policy from the agent's weights cache. An agent stopped with SIGSTOP is Unhealthy after 3
-// missed heartbeats and Dead after 6 (refused work); after SIGCONT it is invited again and rejoins.
+// missed heartbeats and Dead after 6: refused work, and off the relay's allowlist (each agent
+// connects from its own loopback address); after SIGCONT it is invited again and rejoins.
 // The ledger verifies, names an entry edited with sqlite3, records the stopped node's two invites
 // and credits each node with the tokens the orchestrator accepted from it.
 void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
@@ -423,12 +425,23 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
                         "relay.upstreams=[\"" + origin + "\"]", "--set",
                         "relay.allowlist_url=" + url});
   const std::string relay_url = url_in(run_dir / "shardcast" / "relay-0" / "relay.url");
+  // Each agent (and its tasks) connects from an address of its own, as on three machines.
   std::vector<std::unique_ptr<TrellisProcess>> agents;
+  std::vector<std::string> ip;
   for (int i = 0; i < 3; ++i) {
+    ip.push_back("127.0.0." + std::to_string(10 + i));
     agents.push_back(std::make_unique<TrellisProcess>(std::vector<std::string>{
         "node", cfg, "--run-dir", run_dir.string(), "--set", "node.name=node-" + std::to_string(i),
-        "--set", "node.discovery_url=" + discovery_url}));
+        "--set", "node.discovery_url=" + discovery_url, "--set",
+        "network.source_address=" + ip.back()}));
   }
+  // What the relay answers a request from `from`: 200 while that address is on its allowlist.
+  const auto relay_answers = [&](const std::string& from) {
+    httplib::Client c(relay_url);
+    c.set_interface(from);
+    const auto res = c.Get("/manifest.json");
+    return res ? res->status : 0;
+  };
 
   // The pool owner's tasks: the run's config, with the relay to fetch from and the secrets of a
   // validator (trusted: the owner's machine).
@@ -467,6 +480,8 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   ASSERT_TRUE(Pipeline::wait_for([&] { return Pipeline::metric_lines(run_dir) >= 2; }, 600))
       << "no training:\n"
       << trainer.log();
+  for (const auto& from : ip) EXPECT_EQ(relay_answers(from), 200) << from;
+  EXPECT_EQ(relay_answers("127.0.0.99"), 403);  // no node there
 
   // Which agent runs what (its task's log names the role).
   std::vector<int> workers;
@@ -520,12 +535,16 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   EXPECT_GE(since_stop(), 1.0);  // 3 x 0.5 s after its last heartbeat (at most 0.5 s before)
   ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "dead"; }, 30));
   EXPECT_GE(since_stop(), 2.5);
+  // Off the relay's allowlist (it polls the orchestrator's every second); the others stay on it.
+  EXPECT_TRUE(Pipeline::wait_for([&] { return relay_answers(ip[s]) == 403; }, 10));
+  EXPECT_EQ(relay_answers(ip[w]), 200);
   const Identity stopped = Identity::load_or_create(node_dir[s] / "node.key");
   orchestrator::Client as_node(url, "", 10);
   EXPECT_CONTAINS(test::error_of([&] { as_node.request_work(stopped, 0, 1); }), "it is Dead");
   agents[s]->signal(SIGCONT);
   ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "healthy"; }, 60))
       << agents[s]->log();
+  EXPECT_TRUE(Pipeline::wait_for([&] { return relay_answers(ip[s]) == 200; }, 10));
 
   ASSERT_EQ(trainer.wait(std::chrono::seconds(900)), 0) << trainer.log();
   for (auto& a : agents) EXPECT_EQ(a->stop(SIGTERM, std::chrono::seconds(30)), 0) << a->log();
