@@ -261,10 +261,14 @@ void Config::merge_table(const toml::table& src, toml::table& dst, const std::st
 }
 
 void Config::set_string(std::string_view key, std::string_view value) {
+  apply_override(string_override(key, value));
+}
+
+std::string Config::string_override(std::string_view key, std::string_view value) {
   std::string quoted;  // a TOML basic string
   for (char c : value)
     quoted += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-  apply_override(fmt::format("{}=\"{}\"", key, quoted));
+  return fmt::format("{}=\"{}\"", key, quoted);
 }
 
 void Config::apply_override(std::string_view assignment) {

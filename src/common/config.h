@@ -28,8 +28,10 @@ class Config {
   void merge_file(const std::filesystem::path& path);
   void merge_toml(std::string_view text, const std::string& where);
   void apply_override(std::string_view assignment);
-  // apply_override("key=<value as a TOML string>"), quoting `value` (paths, names).
+  // apply_override(string_override(key, value)).
   void set_string(std::string_view key, std::string_view value);
+  // "key=<value as a TOML string>", quoting `value` (paths, names): a --set for a child process.
+  static std::string string_override(std::string_view key, std::string_view value);
 
   // The value at a dotted key: T is std::string, int64_t, double or bool. Error if the key is
   // missing or holds another type.

@@ -7,6 +7,8 @@
 
 #include "common/error.h"
 #include "common/ip_address.h"
+#include "common/logging.h"
+#include "common/source_address.h"
 
 namespace trellis {
 
@@ -71,6 +73,47 @@ SignedHeaders require_signed_request(const httplib::Request& req, const std::str
            fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
   }
   return h;
+}
+
+httplib::Server::Handler guarded_handler(std::string service, HttpHandler fn) {
+  return [service = std::move(service), fn = std::move(fn)](const httplib::Request& req,
+                                                            httplib::Response& res) {
+    try {
+      fn(req, res);
+    } catch (const Refusal& e) {
+      log::info("{}: refused {} {} from {}: {}", service, req.method, req.path, req.remote_addr,
+                e.what());
+      reply_json(res, {{"error", e.what()}, {"code", e.code}}, e.status);
+    } catch (const Error& e) {
+      reply_json(res, {{"error", e.what()}, {"code", "malformed_request"}}, 400);
+    } catch (const std::exception& e) {
+      log::error("{}: {} {}: {}", service, req.method, req.path, e.what());
+      reply_json(res, {{"error", std::string("internal error: ") + e.what()}}, 500);
+    }
+  };
+}
+
+httplib::Client http_client(const std::string& base_url, double timeout_s) {
+  httplib::Client c(base_url);
+  if (const std::string from = source_address(); !from.empty()) c.set_interface(from);
+  const auto t = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::duration<double>(timeout_s));
+  c.set_connection_timeout(t);
+  c.set_read_timeout(t);
+  c.set_write_timeout(t);
+  return c;
+}
+
+httplib::Headers signed_headers(const Identity& who, const std::string& id,
+                                const std::string& method, const std::string& target,
+                                const std::string& body_sha256) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  httplib::Headers headers;
+  for (auto& [k, v] : sign_request(who, id, method, target, body_sha256, now))
+    headers.emplace(std::move(k), std::move(v));
+  return headers;
 }
 
 }  // namespace trellis

@@ -1,10 +1,13 @@
-// What the HTTP services of Trellis (the orchestrator, discovery) share in their handlers: a
-// refusal thrown from anywhere in a handler and answered as {"error", "code"} JSON, the client's
-// IP (its connection's, or a trusted proxy's X-Real-IP), and the check of a signed request.
+// What the HTTP services of Trellis (the orchestrator, discovery, the node agent) share in their
+// handlers: a refusal thrown from anywhere in a handler and answered as {"error", "code"} JSON,
+// the client's IP (its connection's, or a trusted proxy's X-Real-IP), and the check of a signed
+// request; and on the client side, a connection with time-outs from the process's source address
+// and the headers of a signed request.
 #pragma once
 
 #include <httplib.h>
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -27,6 +30,12 @@ struct Refusal : std::runtime_error {
 
 void reply_json(httplib::Response& res, const Json& j, int status = 200);
 
+// `fn` with every failure answered: a Refusal with its status and code (logged with `service`, the
+// client and the reason), an Error as 400 malformed_request, anything else as a logged 500; no
+// request crashes the server.
+using HttpHandler = std::function<void(const httplib::Request&, httplib::Response&)>;
+httplib::Server::Handler guarded_handler(std::string service, HttpHandler fn);
+
 // The settings every service has: its port at `key` (0 = any free port), and the trusted proxies
 // at `key` (IP addresses). Error naming the key, or the list element, that is wrong.
 int port_setting(const Config& config, const std::string& key);
@@ -43,5 +52,14 @@ std::string client_ip(const httplib::Request& req, const std::vector<std::string
 SignedHeaders require_signed_request(const httplib::Request& req, const std::string& id,
                                      const std::string& body_sha256, NonceWindow& nonces,
                                      const std::string& where);
+
+// A client of `base_url` whose connections time out after `timeout_s` (connect, read, write) and
+// come from the process's source address (source_address.h).
+httplib::Client http_client(const std::string& base_url, double timeout_s);
+
+// The headers of `who`'s request signed now for `id` (request_signing.h), for httplib.
+httplib::Headers signed_headers(const Identity& who, const std::string& id,
+                                const std::string& method, const std::string& target,
+                                const std::string& body_sha256);
 
 }  // namespace trellis

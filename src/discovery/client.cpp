@@ -8,23 +8,12 @@
 
 #include "common/error.h"
 #include "common/hashing.h"
+#include "common/http_service.h"
 #include "common/json.h"
 #include "common/request_signing.h"
-#include "common/source_address.h"
 
 namespace trellis::discovery {
 namespace {
-
-httplib::Client connect(const std::string& base_url, double timeout_s) {
-  httplib::Client c(base_url);
-  if (const std::string from = source_address(); !from.empty()) c.set_interface(from);
-  const auto t = std::chrono::duration_cast<std::chrono::microseconds>(
-      std::chrono::duration<double>(timeout_s));
-  c.set_connection_timeout(t);
-  c.set_read_timeout(t);
-  c.set_write_timeout(t);
-  return c;
-}
 
 std::string answer(const httplib::Result& res) {
   if (!res) return "no answer (" + httplib::to_string(res.error()) + ")";
@@ -36,18 +25,6 @@ std::string answer(const httplib::Result& res) {
   }
 }
 
-httplib::Headers signed_by(const Identity& who, const std::string& id, const std::string& method,
-                           const std::string& target, const std::string& body) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  httplib::Headers headers;
-  for (auto& [k, v] : sign_request(who, id, method, target, sha256_hex(body), now)) {
-    headers.emplace(std::move(k), std::move(v));
-  }
-  return headers;
-}
-
 }  // namespace
 
 Client::Client(std::string base_url, double timeout_s)
@@ -57,7 +34,7 @@ Client::Client(std::string base_url, double timeout_s)
 
 const std::string& Client::id() {
   if (!id_.empty()) return id_;
-  auto c = connect(base_url_, timeout_s_);
+  auto c = http_client(base_url_, timeout_s_);
   auto res = c.Get("/status");
   if (!res || res->status != 200) fail(base_url_ + "/status", "{}", answer(res));
   try {
@@ -74,8 +51,9 @@ double Client::publish(const Identity& node, const NodeMetadata& m) {
          node.address());
   }
   const std::string path = "/nodes/" + m.address, body = to_json(m).dump();
-  auto c = connect(base_url_, timeout_s_);
-  auto res = c.Put(path, signed_by(node, id(), "PUT", path, body), body, "application/json");
+  auto c = http_client(base_url_, timeout_s_);
+  auto res = c.Put(path, signed_headers(node, id(), "PUT", path, sha256_hex(body)), body,
+                   "application/json");
   if (!res || res->status != 200) fail(base_url_ + path, "publication refused: {}", answer(res));
   try {
     return Json::parse(res->body).at("ttl_s").get<double>();
@@ -85,8 +63,8 @@ double Client::publish(const Identity& node, const NodeMetadata& m) {
 }
 
 std::vector<DiscoveredNode> Client::nodes(const Identity& reader) {
-  auto c = connect(base_url_, timeout_s_);
-  auto res = c.Get("/nodes", signed_by(reader, id(), "GET", "/nodes", ""));
+  auto c = http_client(base_url_, timeout_s_);
+  auto res = c.Get("/nodes", signed_headers(reader, id(), "GET", "/nodes", sha256_hex("")));
   if (!res || res->status != 200) fail(base_url_ + "/nodes", "listing refused: {}", answer(res));
   std::vector<DiscoveredNode> out;
   const std::string where = base_url_ + "/nodes";

@@ -84,22 +84,8 @@ struct Server::Impl {
     routes();
   }
 
-  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-  httplib::Server::Handler guarded(Handler fn) {
-    return [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
-      try {
-        fn(req, res);
-      } catch (const Refusal& e) {
-        log::info("discovery: refused {} {} from {}: {}", req.method, req.path, req.remote_addr,
-                  e.what());
-        reply_json(res, {{"error", e.what()}, {"code", e.code}}, e.status);
-      } catch (const Error& e) {
-        reply_json(res, {{"error", e.what()}, {"code", "malformed_request"}}, 400);
-      } catch (const std::exception& e) {
-        log::error("discovery: {} {}: {}", req.method, req.path, e.what());
-        reply_json(res, {{"error", std::string("internal error: ") + e.what()}}, 500);
-      }
-    };
+  httplib::Server::Handler guarded(HttpHandler fn) {
+    return guarded_handler("discovery", std::move(fn));
   }
 
   void routes() {

@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <csignal>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,16 +37,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// `value` as a TOML basic string, for a --set override.
-std::string toml_string(const std::string& value) {
-  std::string out = "\"";
-  for (char c : value) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 // The `trellis` subcommand of a task's role, and the config keys naming its key and name.
 struct RoleCommand {
   const char* command;
@@ -67,8 +56,9 @@ class Agent {
   Agent(const AgentOptions& o, const std::atomic<bool>& stop)
       : opt_(o),
         stop_(stop),
-        identity_(
-            Identity::load_or_create(o.key_file.empty() ? o.data_dir / "node.key" : o.key_file)),
+        key_file_(o.key_file.empty() ? o.data_dir / "node.key" : o.key_file),
+        identity_(Identity::load_or_create(key_file_)),
+        discovery_(o.discovery_url, 5),
         nonces_(60, 10'000, static_cast<int64_t>(now_s())) {
     fs::create_directories(opt_.data_dir / "logs");
     hardware_ = measure_hardware(opt_.data_dir);
@@ -114,7 +104,7 @@ class Agent {
     if (now_s() < next_publish_) return;
     discovery::NodeMetadata m{identity_.address(), endpoint_, hardware_, opt_.software_version};
     try {
-      const double ttl = discovery::Client(opt_.discovery_url, 5).publish(identity_, m);
+      const double ttl = discovery_.publish(identity_, m);
       next_publish_ = now_s() + std::max(0.05, ttl / 3);
     } catch (const Error& e) {
       warn_every_10s(fmt::format("cannot publish to discovery, retrying: {}", e.what()));
@@ -159,6 +149,7 @@ class Agent {
   }
 
   void serve(const std::string& url, const std::string& pool, const std::string& issuer) {
+    pool_client_.reset();
     std::lock_guard lock(mu_);
     orchestrator_url_ = url;
     pool_ = pool;
@@ -200,9 +191,11 @@ class Agent {
       url = orchestrator_url_;
       state = state_;
     }
+    // One client per membership: it learns the run ID (what requests are signed for) once.
+    if (!pool_client_) pool_client_ = std::make_unique<orchestrator::Client>(url, "", 5);
     orchestrator::Client::Beat beat;
     try {
-      beat = orchestrator::Client(url, "", 5).heartbeat(identity_, state.substr(0, 64));
+      beat = pool_client_->heartbeat(identity_, state.substr(0, 64));
     } catch (const Error& e) {  // unreachable (restarting?): the task goes on meanwhile
       warn_every_10s(fmt::format("heartbeat failed, retrying: {}", e.what()));
       next_beat_ = now_s() + 1;
@@ -252,20 +245,20 @@ class Agent {
                                      "--run-dir",
                                      opt_.data_dir.string(),
                                      "--set",
-                                     "orchestrator.url=" + toml_string(orchestrator_url),
+                                     Config::string_override("orchestrator.url", orchestrator_url),
                                      "--set",
-                                     std::string(role->name_key) + "=" + toml_string(opt_.name)};
+                                     Config::string_override(role->name_key, opt_.name)};
     if (role->key_file_key) {
       argv.push_back("--set");
-      argv.push_back(std::string(role->key_file_key) + "=" + toml_string(identity_file().string()));
+      argv.push_back(Config::string_override(role->key_file_key, key_file_.string()));
     }
     if (const std::string from = source_address(); !from.empty()) {  // the node's address
       argv.push_back("--set");
-      argv.push_back("network.source_address=" + toml_string(from));
+      argv.push_back(Config::string_override("network.source_address", from));
     }
     if (task.role == "relay") {
       argv.push_back("--set");
-      argv.push_back("relay.allowlist_url=" + toml_string(orchestrator_url));
+      argv.push_back(Config::string_override("relay.allowlist_url", orchestrator_url));
     }
     const fs::path log_file = opt_.data_dir / "logs" / fmt::format("task-{}.log", task.id);
     child_ = std::make_unique<run::ChildProcess>(task.role, argv, log_file);
@@ -368,22 +361,8 @@ class Agent {
     svr_.Get("/logs", guarded([this](const auto& req, auto& res) { send_logs(req, res); }));
   }
 
-  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
-  httplib::Server::Handler guarded(Handler fn) {
-    return [this, fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
-      try {
-        fn(req, res);
-      } catch (const Refusal& e) {
-        log::info("node {}: refused {} {} from {}: {}", opt_.name, req.method, req.path,
-                  req.remote_addr, e.what());
-        reply_json(res, {{"error", e.what()}, {"code", e.code}}, e.status);
-      } catch (const Error& e) {
-        reply_json(res, {{"error", e.what()}, {"code", "malformed_request"}}, 400);
-      } catch (const std::exception& e) {
-        log::error("node {}: {} {}: {}", opt_.name, req.method, req.path, e.what());
-        reply_json(res, {{"error", std::string("internal error: ") + e.what()}}, 500);
-      }
-    };
+  httplib::Server::Handler guarded(HttpHandler fn) {
+    return guarded_handler("node " + opt_.name, std::move(fn));
   }
 
   // POST /invite: accepted once, when for this node, from a pool it serves, signed, unexpired;
@@ -393,9 +372,8 @@ class Agent {
     const orchestrator::Invite invite =
         orchestrator::parse_invite(parse_json(req.body, where), where);
     std::lock_guard lock(mu_);
-    const std::vector<std::string> used(used_nonces_.begin(), used_nonces_.end());
     const std::string why = orchestrator::invite_problem(
-        invite, identity_.address(), static_cast<int64_t>(now_s()), opt_.pools, used);
+        invite, identity_.address(), static_cast<int64_t>(now_s()), opt_.pools, used_nonces_);
     if (!why.empty()) refuse(403, "refused", why);
     // One pool at a time; its own invite is a rejoin (it counts the node as gone).
     if (invite_ || (!orchestrator_url_.empty() && invite.issuer != issuer_)) {
@@ -403,8 +381,9 @@ class Agent {
              fmt::format("node {} serves pool {} already", identity_.address(),
                          invite_ ? invite_->pool : pool_));
     }
+    // Only signed invites from its pools get here: dropping the oldest is rare, and cheap.
+    if (used_nonces_.size() == kMaxUsedNonces) used_nonces_.erase(used_nonces_.begin());
     used_nonces_.push_back(invite.nonce);
-    if (used_nonces_.size() > kMaxUsedNonces) used_nonces_.pop_front();
     invite_ = invite;
     log::info("node {}: accepted an invite to pool {} from {}", opt_.name, invite.pool,
               invite.issuer);
@@ -440,10 +419,6 @@ class Agent {
 
   // --- small helpers ---
 
-  fs::path identity_file() const {
-    return opt_.key_file.empty() ? opt_.data_dir / "node.key" : opt_.key_file;
-  }
-
   void set_state(std::string s) {
     std::lock_guard lock(mu_);
     state_ = std::move(s);
@@ -457,7 +432,9 @@ class Agent {
 
   const AgentOptions& opt_;
   const std::atomic<bool>& stop_;
+  fs::path key_file_;
   Identity identity_;
+  discovery::Client discovery_;
   discovery::Hardware hardware_;
   NonceWindow nonces_;
   httplib::Server svr_;
@@ -466,8 +443,8 @@ class Agent {
 
   // Shared with the endpoint's threads.
   std::mutex mu_;
-  std::optional<orchestrator::Invite> invite_;  // accepted, not yet used
-  std::deque<std::string> used_nonces_;
+  std::optional<orchestrator::Invite> invite_;    // accepted, not yet used
+  std::vector<std::string> used_nonces_;          // oldest first
   std::string orchestrator_url_, pool_, issuer_;  // "" while the node serves no pool
   std::string state_ = "waiting for an invite";
   fs::path task_log_;
@@ -475,7 +452,8 @@ class Agent {
   int64_t quick_failures_ = 0;  // the task's failures in a row within kQuickFailureS of its start
   std::string last_failure_;
 
-  // The task (main loop only).
+  // The main loop's only.
+  std::unique_ptr<orchestrator::Client> pool_client_;  // of the pool it serves
   std::unique_ptr<run::ChildProcess> child_;
   int64_t task_id_ = -1;
   std::string role_;

@@ -157,9 +157,7 @@ ApiOptions api_options(const Config& config, const std::filesystem::path& run_di
 Server::Impl::Impl(ApiOptions o)
     : opt(with_tokens(std::move(o))),
       state(opt.data_dir / "orchestrator.sqlite", opt.run_id,
-            Identity::load_or_create(
-                opt.key_file.empty() ? opt.data_dir / "keys" / "orchestrator.key" : opt.key_file),
-            opt.pool),
+            Identity::load_or_create(keeper_key_file(opt.key_file, opt.data_dir)), opt.pool),
       signer(state.url_secret()),
       store(opt.data_dir),
       validating(opt.data_dir / "validating"),

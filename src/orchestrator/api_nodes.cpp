@@ -14,7 +14,6 @@
 #include "common/http_service.h"
 #include "common/json.h"
 #include "common/logging.h"
-#include "common/request_signing.h"
 #include "rollout/store.h"
 
 namespace trellis::orchestrator {
@@ -133,13 +132,9 @@ void Server::Impl::node_logs(const httplib::Request& req, httplib::Response& res
                        address, where));
   }
   const std::string target = fmt::format("/logs?lines={}", lines);
-  httplib::Headers headers;
-  for (auto& [k, v] : sign_request(state.ledger().keeper(), address, "GET", target, sha256_hex(""),
-                                   static_cast<int64_t>(now_s())))
-    headers.emplace(k, v);
-  httplib::Client c(endpoint);
-  c.set_connection_timeout(5);
-  c.set_read_timeout(5);
+  const httplib::Headers headers =
+      signed_headers(state.ledger().keeper(), address, "GET", target, sha256_hex(""));
+  httplib::Client c = http_client(endpoint, 5);
   std::string body;
   const auto answer = c.Get(target, headers, [&](const char* data, size_t n) {
     if (body.size() + n > kMaxLogBytes) return false;  // a node cannot flood the orchestrator

@@ -8,9 +8,9 @@
 
 #include "common/error.h"
 #include "common/hashing.h"
+#include "common/http_service.h"
 #include "common/json.h"
 #include "common/request_signing.h"
-#include "common/source_address.h"
 #include "orchestrator/api.h"
 
 namespace trellis::orchestrator {
@@ -64,12 +64,7 @@ Client::~Client() = default;
 namespace {
 
 httplib::Client connect(const std::string& base_url, const std::string& token, double timeout_s) {
-  httplib::Client c(base_url);
-  if (const std::string from = source_address(); !from.empty()) c.set_interface(from);
-  const auto t = std::chrono::duration<double>(timeout_s);
-  c.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-  c.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
-  c.set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(t));
+  httplib::Client c = http_client(base_url, timeout_s);
   if (!token.empty()) c.set_bearer_token_auth(token);
   return c;
 }
@@ -92,25 +87,6 @@ const std::string& Client::run_id() {
   if (run_id_.empty()) run_id_ = status().run_id;
   return run_id_;
 }
-
-namespace {
-
-// The headers that sign `node`'s request (method, target as sent, body by its hex SHA-256) in
-// run `run_id`.
-httplib::Headers signed_by(const Identity& node, const std::string& run_id,
-                           const std::string& method, const std::string& target,
-                           const std::string& body_sha256) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  httplib::Headers headers;
-  for (auto& [k, v] : sign_request(node, run_id, method, target, body_sha256, now)) {
-    headers.emplace(std::move(k), std::move(v));
-  }
-  return headers;
-}
-
-}  // namespace
 
 Status Client::status() {
   const Json j = get_json(base_url_, token_, timeout_s_, "/status");
@@ -154,7 +130,7 @@ WorkAnswer Client::request_work(const Identity& node, int64_t held_version, int6
       {"node_address", node.address()},
       {"policy_version", held_version},
       {"groups", max_groups}}.dump();
-  auto res = c.Post(path, signed_by(node, run_id(), "POST", path, sha256_hex(body)), body,
+  auto res = c.Post(path, signed_headers(node, run_id(), "POST", path, sha256_hex(body)), body,
                     "application/json");
   if (!res || res->status != 200) fail(base_url_ + path, "asking for work failed: {}", reason(res));
   WorkAnswer out;
@@ -185,9 +161,9 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
       {"sha256", file_sha256},
       {"size",
        file_bytes.size()}}.dump();
-  auto res =
-      c.Post("/submissions", signed_by(node, run_id(), "POST", "/submissions", sha256_hex(body)),
-             body, "application/json");
+  auto res = c.Post("/submissions",
+                    signed_headers(node, run_id(), "POST", "/submissions", sha256_hex(body)), body,
+                    "application/json");
   if (res && res->status == 409 && code(res) == "dropped") return "dropped";
   if (!res || res->status != 200) fail(where, "upload refused: {}", reason(res));
   std::string url;
@@ -199,7 +175,7 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
   // A busy orchestrator (503 busy: as many uploads as it takes at once) is asked again, each time
   // with a fresh signature, for up to a minute.
   const auto send = [&] {
-    return c.Put(url, signed_by(node, run_id(), "PUT", url, file_sha256), file_bytes.data(),
+    return c.Put(url, signed_headers(node, run_id(), "PUT", url, file_sha256), file_bytes.data(),
                  file_bytes.size(), "application/vnd.apache.parquet");
   };
   auto put = send();
@@ -262,8 +238,8 @@ void Client::register_node(const Identity& node, const std::string& invite) {
   if (!invite.empty()) j["invite"] = invite;
   const std::string body = j.dump();
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post("/nodes", signed_by(node, run_id(), "POST", "/nodes", sha256_hex(body)), body,
-                    "application/json");
+  auto res = c.Post("/nodes", signed_headers(node, run_id(), "POST", "/nodes", sha256_hex(body)),
+                    body, "application/json");
   if (!res || res->status != 200) {
     fail(base_url_ + "/nodes", "registering node {} failed: {}", node.address(), reason(res));
   }
@@ -274,8 +250,9 @@ Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
   if (!state.empty()) j["state"] = state;
   const std::string body = j.dump();
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post("/heartbeat", signed_by(node, run_id(), "POST", "/heartbeat", sha256_hex(body)),
-                    body, "application/json");
+  auto res =
+      c.Post("/heartbeat", signed_headers(node, run_id(), "POST", "/heartbeat", sha256_hex(body)),
+             body, "application/json");
   if (res && res->status == 403) return {.refused = code(res), .why = reason(res)};
   if (!res || res->status != 200) {
     fail(base_url_ + "/heartbeat", "heartbeat of node {} refused: {}", node.address(), reason(res));

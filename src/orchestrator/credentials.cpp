@@ -55,6 +55,11 @@ const char* role_name(Role role) {
   return "";
 }
 
+std::filesystem::path keeper_key_file(const std::filesystem::path& key_file,
+                                      const std::filesystem::path& data_dir) {
+  return key_file.empty() ? data_dir / "keys" / "orchestrator.key" : key_file;
+}
+
 std::filesystem::path secrets_dir(const Config& config, const std::filesystem::path& run_dir) {
   const std::string dir = config.get<std::string>("orchestrator.secrets_dir");
   if (!dir.empty()) return dir;

@@ -29,6 +29,11 @@ inline constexpr size_t kMinTokenChars = 32;
 // orchestrator.data_dir, or `run_dir` when that is "").
 std::filesystem::path secrets_dir(const Config& config, const std::filesystem::path& run_dir);
 
+// The orchestrator's key, with which it keeps the ledger: `key_file` (orchestrator.key_file), or
+// <data_dir>/keys/orchestrator.key when that is "".
+std::filesystem::path keeper_key_file(const std::filesystem::path& key_file,
+                                      const std::filesystem::path& data_dir);
+
 // The server's token for `role`: the environment variable when set, else the token file, created
 // with a fresh random token when absent. Error naming the file or variable when it is unreadable,
 // accessible to other users, or shorter than kMinTokenChars.

@@ -5,8 +5,8 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "common/http_service.h"
 #include "common/logging.h"
-#include "discovery/client.h"
 #include "orchestrator/invite.h"
 
 namespace trellis::orchestrator {
@@ -34,7 +34,9 @@ SweepOptions SweepOptions::from_config(const Config& config) {
 }
 
 InviteSweep::InviteSweep(SweepOptions options, State& state)
-    : opt_(std::move(options)), state_(state) {}
+    : opt_(std::move(options)),
+      state_(state),
+      discovery_(opt_.discovery_url, opt_.request_timeout_s) {}
 
 InviteSweep::~InviteSweep() { stop(); }
 
@@ -77,10 +79,9 @@ void InviteSweep::loop(std::string orchestrator_url) {
 
 int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   const Identity& keeper = state_.ledger().keeper();
-  discovery::Client discovery(opt_.discovery_url, opt_.request_timeout_s);
   int64_t accepted = 0, sent = 0;
   state_.forget_expired_invites(now_s());
-  for (const discovery::DiscoveredNode& d : discovery.nodes(keeper)) {
+  for (const discovery::DiscoveredNode& d : discovery_.nodes(keeper)) {
     const auto& m = d.metadata;
     const double now = now_s();
     if (sent == kMaxInvitesPerSweep) break;  // the rest next time: a sweep stays short
@@ -93,12 +94,7 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
     // Recorded first: the node may register before its answer reaches us.
     state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now,
                          m.endpoint);
-    httplib::Client c(m.endpoint);
-    const auto t = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::duration<double>(opt_.request_timeout_s));
-    c.set_connection_timeout(t);
-    c.set_read_timeout(t);
-    c.set_write_timeout(t);
+    httplib::Client c = http_client(m.endpoint, opt_.request_timeout_s);
     const auto res = c.Post("/invite", to_json(invite).dump(), "application/json");
     if (res && res->status == 200) {
       ++accepted;

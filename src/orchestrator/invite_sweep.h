@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/config.h"
+#include "discovery/client.h"
 #include "discovery/requirements.h"
 #include "orchestrator/state.h"
 
@@ -52,6 +53,7 @@ class InviteSweep {
 
   SweepOptions opt_;
   State& state_;
+  discovery::Client discovery_;  // learns the service's id (what reads are signed for) once
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_

@@ -20,6 +20,20 @@ fs::path version_dir(const fs::path& dir, int64_t version) {
   return dir / ("step_" + std::to_string(version));
 }
 
+// The versions held in `dir` (its step_<v> folders).
+std::vector<int64_t> cached_versions(const fs::path& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() > 5 && name.size() < 16 && name.rfind("step_", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos) {
+      out.push_back(std::stoll(name.substr(5)));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 PolicyFetcher::PolicyFetcher(const Config& config, fs::path dir, fs::path base_model,
@@ -49,27 +63,14 @@ std::optional<std::pair<int64_t, fs::path>> PolicyFetcher::newer_than(int64_t he
 
 void PolicyFetcher::release_older_than(int64_t version) {
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) != 0) continue;
-    try {
-      if (std::stoll(name.substr(5)) < version) fs::remove_all(e.path(), ec);
-    } catch (const std::exception&) {
-    }
-  }
+  for (const int64_t v : cached_versions(dir_))
+    if (v < version) fs::remove_all(version_dir(dir_, v), ec);
 }
 
 std::optional<int64_t> PolicyFetcher::newest_cached(int64_t max_version) {
-  std::vector<int64_t> versions;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.size() > 5 && name.size() < 16 && name.rfind("step_", 0) == 0 &&
-        name.find_first_not_of("0123456789", 5) == std::string::npos) {
-      versions.push_back(std::stoll(name.substr(5)));
-    }
-  }
+  std::vector<int64_t> versions = cached_versions(dir_);
   std::sort(versions.rbegin(), versions.rend());
+  std::error_code ec;
   for (const int64_t v : versions) {
     if (v > max_version) continue;
     const fs::path dir = version_dir(dir_, v);

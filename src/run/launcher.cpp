@@ -9,10 +9,9 @@
 #include <memory>
 #include <thread>
 
-#include <httplib.h>
-
 #include "common/error.h"
 #include "common/files.h"
+#include "common/http_service.h"
 #include "common/identity.h"
 #include "common/json.h"
 #include "common/logging.h"
@@ -98,19 +97,22 @@ std::string pool_view(const orchestrator::Status& s, double trained) {
   return out;
 }
 
+// The URL a role wrote to `file` once it listened (without the newline).
+std::string read_url(const fs::path& file) {
+  std::string url = read_file(file);
+  while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+  return url;
+}
+
 // What a node agent says of itself (GET /status, node/agent.h); empty while it cannot be asked.
 Json agent_status(const fs::path& node_dir) {
   std::string url;
   try {
-    url = read_file(node_dir / "node.url");
+    url = read_url(node_dir / "node.url");
   } catch (const Error&) {
     return Json();
   }
-  while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
-  httplib::Client c(url);
-  c.set_connection_timeout(1);
-  c.set_read_timeout(1);
-  const auto res = c.Get("/status");
+  const auto res = http_client(url, 1).Get("/status");
   if (!res || res->status != 200) return Json();
   try {
     return Json::parse(res->body);
@@ -163,10 +165,10 @@ class Launcher {
     if (origin_dir_.empty()) origin_dir_ = run_dir / "shardcast" / "origin";
     // The orchestrator's key (it creates the same file): discovery lets it, and only it, read
     // node endpoints, and the agents accept its invites.
-    const std::string key_file = config.get<std::string>("orchestrator.key_file");
-    keeper_ = Identity::load_or_create(key_file.empty() ? data_dir_ / "keys" / "orchestrator.key"
-                                                        : fs::path(key_file))
-                  .address();
+    keeper_ =
+        Identity::load_or_create(orchestrator::keeper_key_file(
+                                     config.get<std::string>("orchestrator.key_file"), data_dir_))
+            .address();
     secrets_dir_ = orchestrator::secrets_dir(config, run_dir);
     // One machine may hold several runs: the orchestrator takes a free port (orchestrator.port
     // is ignored here) and keeps it across restarts.
@@ -202,7 +204,8 @@ class Launcher {
                                        "node.pools=[\"" + keeper_ + "\"]"};
       if (loopback && i < 250) {
         args.push_back("--set");
-        args.push_back(fmt::format("network.source_address=\"127.0.0.{}\"", i + 2));
+        args.push_back(
+            Config::string_override("network.source_address", fmt::format("127.0.0.{}", i + 2)));
       }
       a.process = role(a.name, args);
       a.process->start();
@@ -318,9 +321,7 @@ class Launcher {
         fail(child.log().string(), "{} did not start listening in 120 s", child.name());
       sleep_s(0.05);
     }
-    std::string url = read_file(url_file);
-    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
-    return url;
+    return read_url(url_file);
   }
 
   // The relays: in a star every one pulls from the origin, in a chain each from the one before.
