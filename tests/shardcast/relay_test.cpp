@@ -354,7 +354,8 @@ TEST(ShardcastRelay, AllowlistEntriesThatAreNotAddressesNeverReachNginx) {
                       "relay.allowlist_poll_s=0.05", "relay.nginx_allowlist=" + conf.string()});
   ::unsetenv("TRELLIS_RELAY_TOKEN");
   const std::string manifest = relay.url + "/manifest.json";
-  ASSERT_TRUE(eventually([&] { return status_of(manifest) == 200; }, 10));
+  // The relay may answer before its first poll has written nginx's file: wait for both.
+  ASSERT_TRUE(eventually([&] { return status_of(manifest) == 200 && fs::exists(conf); }, 10));
   {
     std::lock_guard lock(mu);
     EXPECT_EQ(authorization, "Bearer " + token);
