@@ -7,6 +7,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format
   libtorch-dev libopenblas0-pthread          # tensors/autograd; OpenBLAS keeps fp32 matmul fast
+  libgloo-dev                                 # headers of c10d's Gloo process group (the sharded trainer)
   nlohmann-json3-dev libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev
   libpcre2-dev libicu-dev                     # tokenizer regexes (Unicode classes), NFC
   libcpp-httplib-dev                          # the OpenAI-compatible server and HTTP tests

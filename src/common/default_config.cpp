@@ -57,6 +57,12 @@ micro_batch_tokens = 4096  # tokens per packed forward/backward (first-fit-decre
 optimizer_steps = 1     # optimizer steps per rollout step, each on 1/n of the batch
 checkpoint_every = 10   # steps between checkpoints (and one at the end); 0 = only at the end
 keep_checkpoints = 3    # newest checkpoints kept in <run>/checkpoints; 0 = all
+nproc = 1               # trainer ranks on this machine (--nproc); > 1 shards the optimizer (ZeRO-2) over c10d/Gloo
+nnodes = 1              # machines the trainer's ranks span (--nnodes); each starts `trellis trainer --node-rank K`
+node_rank = 0           # this machine's index (--node-rank); machine 0 holds rank 0, the leader
+rdzv = ""               # HOST:PORT of rank 0's rendezvous store (--rdzv); "" = this machine, a free port
+local_rank = 0          # set by the launcher for the ranks it starts; leave at 0
+collective_timeout_s = 900  # the longest a collective waits for a stuck rank before failing the run
 
 [loss]                  # GRPO-family objective (specs/rl.md §3)
 clip_eps = 0.2          # ε: the ratio is clipped to [1 - ε, 1 + ε]

@@ -23,6 +23,7 @@
 #include "rl/rl_loop.h"
 #include "rl/sample_stats.h"
 #include "rl/trainer.h"
+#include "rl/trainer_ranks.h"
 #include "rollout/rollout_file.h"
 
 namespace trellis::pipeline {
@@ -36,7 +37,8 @@ double now_s() {
 class TrainerService {
  public:
   TrainerService(const Config& config, const fs::path& run_dir, bool resume,
-                 const model::Compute& compute, const std::atomic<bool>& stop)
+                 const model::Compute& compute, rl::ProcessGroup& group,
+                 const std::atomic<bool>& stop)
       : run_dir_(run_dir),
         stop_(stop),
         cfg_(rl::RlLoopConfig::from_config(config)),
@@ -55,6 +57,7 @@ class TrainerService {
       weights = *checkpoint;
     }
     model_ = model::load_transformer(weights, compute);
+    rl::broadcast_weights(group, *model_);
     const auto prompting = model::Prompting::load(base_model_, model_->config());
     rl::TrainerConfig tc = rl::TrainerConfig::from_config(config);
     tc.vocab_limit = prompting.tok.vocab_size();
@@ -62,14 +65,17 @@ class TrainerService {
     if (tc.loss.kl_coef > 0) reference = model::load_transformer(base_model_, compute);
     model_->set_requires_grad(true);
     trainer_ = std::make_unique<rl::Trainer>(*model_, tc, std::move(reference),
-                                             model::measure_matmul_flops(compute));
+                                             model::measure_matmul_flops(compute), &group);
+    ranks_ = std::make_unique<rl::RankLeader>(group, *trainer_);
     if (checkpoint) {
-      start_step_ = rl::load_checkpoint_state(*checkpoint, trainer_->optimizer()).at("step");
+      start_step_ = ranks_->resume(*checkpoint).at("step");
       log::info("resuming at step {} from {}", start_step_, checkpoint->string());
     }
-    log::info("trainer: {} on {}, {} steps of {} samples ({} per prompt), async level {}",
-              weights.string(), compute.describe(), cfg_.steps, cfg_.batch_size, cfg_.group_size,
-              cfg_.async_level);
+    log::info(
+        "trainer: {} on {} ({} rank{}), {} steps of {} samples ({} per prompt), async "
+        "level {}",
+        weights.string(), compute.describe(), group.world(), group.world() > 1 ? "s" : "",
+        cfg_.steps, cfg_.batch_size, cfg_.group_size, cfg_.async_level);
     publisher_ = std::make_unique<PolicyPublisher>(config, run_dir, stop);
     log::info("orchestrator {}, policies through the origin {}", client_.base_url(),
               publisher_->origin_url());
@@ -84,14 +90,14 @@ class TrainerService {
     for (int64_t s = start_step_; s < cfg_.steps && !stop_; ++s) {
       const double t0 = now_s();
       std::vector<rollout::RolloutRecord> rows;
-      if (!wait_for_step(s, rows)) return;  // stopped
+      if (!wait_for_step(s, rows)) break;  // stopped
       const double waited = now_s() - t0;
       rl::Metrics m = batch_from_rows(s, rows);
       m.set("time/wait_for_data", waited);
       if (batch_.empty()) {
         log::warn("step {}: no group with signal in the accepted files; no update", s);
       } else {
-        m.append(trainer_->step(batch_));
+        m.append(ranks_->step(batch_));
       }
       rl::write_total_clip(m);
       publisher_->publish(s + 1, *model_);
@@ -113,6 +119,7 @@ class TrainerService {
       std::printf("%s\n", rl::console_line(s, cfg_.steps, m, rl::rl_console_fields()).c_str());
       std::fflush(stdout);
     }
+    ranks_->stop();
   }
 
  private:
@@ -235,8 +242,10 @@ class TrainerService {
   }
 
   void checkpoint(int64_t next_step) {
-    const fs::path dir = rl::save_checkpoint(run_dir_ / "checkpoints", next_step, *model_,
-                                             trainer_->optimizer(), base_model_, Json::object());
+    const fs::path dir = ranks_->checkpoint([&] {
+      return rl::save_checkpoint(run_dir_ / "checkpoints", next_step, *model_,
+                                 trainer_->optimizer(), base_model_, Json::object());
+    });
     rl::prune_checkpoints(run_dir_ / "checkpoints", cfg_.keep_checkpoints);
     log::info("checkpoint {}", dir.string());
   }
@@ -250,6 +259,7 @@ class TrainerService {
   std::unique_ptr<PolicyPublisher> publisher_;
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<rl::Trainer> trainer_;
+  std::unique_ptr<rl::RankLeader> ranks_;
   std::vector<rl::Rollout> batch_;
   rl::RecentReward recent_;
   int64_t start_step_ = 0;
@@ -259,8 +269,9 @@ class TrainerService {
 }  // namespace
 
 void run_trainer_service(const Config& config, const fs::path& run_dir, bool resume,
-                         const model::Compute& compute, const std::atomic<bool>& stop) {
-  TrainerService(config, run_dir, resume, compute, stop).run();
+                         const model::Compute& compute, rl::ProcessGroup& group,
+                         const std::atomic<bool>& stop) {
+  TrainerService(config, run_dir, resume, compute, group, stop).run();
 }
 
 }  // namespace trellis::pipeline

@@ -14,10 +14,13 @@
 
 #include "common/config.h"
 #include "model/compute.h"
+#include "rl/process_group.h"
 
 namespace trellis::pipeline {
 
+// Runs as rank 0 of `group` (the other ranks run rl::run_follower).
 void run_trainer_service(const Config& config, const std::filesystem::path& run_dir, bool resume,
-                         const model::Compute& compute, const std::atomic<bool>& stop);
+                         const model::Compute& compute, rl::ProcessGroup& group,
+                         const std::atomic<bool>& stop);
 
 }  // namespace trellis::pipeline

@@ -73,11 +73,11 @@ void write_model_dir(const model::Transformer& model, const fs::path& base_model
 }
 
 fs::path save_checkpoint(const fs::path& checkpoints_dir, int64_t step,
-                         const model::Transformer& model, const Optimizer& optimizer,
+                         const model::Transformer& model, Optimizer& optimizer,
                          const fs::path& base_model_dir, const Json& progress) {
   const fs::path dir = checkpoints_dir / ("step_" + std::to_string(step));
   write_model_dir(model, base_model_dir, dir, [&](const fs::path& tmp) {
-    optimizer.save(tmp / "optimizer.pt");
+    optimizer.save(tmp);
     Json p = progress;
     p["step"] = step;
     write_file_atomic(tmp / "progress.json", p.dump(1) + "\n");
@@ -104,9 +104,7 @@ Json load_checkpoint_state(const fs::path& checkpoint, Optimizer& optimizer) {
   if (!p.is_object() || !p.contains("step") || !p["step"].is_number_integer()) {
     fail(progress.string(), "no integer \"step\"");
   }
-  const fs::path opt = checkpoint / "optimizer.pt";
-  if (!fs::exists(opt)) fail(opt.string(), "missing: the checkpoint has no optimizer state");
-  optimizer.load(opt);
+  optimizer.load(checkpoint);
   return p;
 }
 

@@ -3,7 +3,7 @@
 //   <run>/checkpoints/step_<N>/
 //     config.json, model.safetensors (fp32 master weights), tokenizer files, generation_config.json
 //         — a Hugging Face model directory that `trellis generate --model` and `trellis eval` load;
-//     optimizer.pt   — AdamW moments and step counts;
+//     optimizer/     — AdamW moments and step counts, one file per rank (rl/optimizer.h);
 //     progress.json  — the step and whatever the loop needs to continue (pending rollouts, ...).
 // A checkpoint is written under a temporary name and renamed into place, so a crash never leaves a
 // half-written step_<N>; the newest `keep` are retained.
@@ -30,11 +30,12 @@ void write_model_dir(const model::Transformer& model, const std::filesystem::pat
                      std::filesystem::path out,
                      const std::function<void(const std::filesystem::path& dir)>& also = {});
 
-// Writes step_<step> under `checkpoints_dir` (write_model_dir plus optimizer.pt and progress.json);
+// Writes step_<step> under `checkpoints_dir` (write_model_dir plus optimizer/ and progress.json);
 // tokenizer and generation files are copied from `base_model_dir`. Returns the checkpoint's
-// directory.
+// directory. Collective when the optimizer has several ranks: rank 0 calls it while the others
+// call optimizer.save.
 std::filesystem::path save_checkpoint(const std::filesystem::path& checkpoints_dir, int64_t step,
-                                      const model::Transformer& model, const Optimizer& optimizer,
+                                      const model::Transformer& model, Optimizer& optimizer,
                                       const std::filesystem::path& base_model_dir,
                                       const Json& progress);
 
@@ -50,9 +51,9 @@ std::vector<std::pair<int64_t, std::filesystem::path>> checkpoints_in(
 std::optional<std::filesystem::path> latest_checkpoint(
     const std::filesystem::path& checkpoints_dir);
 
-// progress.json of a checkpoint; loads optimizer.pt into `optimizer` (the model's weights are
-// loaded with model::load_transformer(checkpoint)). Error naming the file when one is missing or
-// unreadable.
+// progress.json of a checkpoint; loads its optimizer state into `optimizer` (the model's weights
+// are loaded with model::load_transformer(checkpoint)). Error naming the file when one is missing
+// or unreadable. Collective like save_checkpoint: the others call optimizer.load.
 Json load_checkpoint_state(const std::filesystem::path& checkpoint, Optimizer& optimizer);
 
 }  // namespace trellis::rl

@@ -1,11 +1,30 @@
 #include "rl/optimizer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/files.h"
+#include "common/json.h"
+#include "model/safetensors.h"
+#include "rl/process_group.h"
 
 namespace trellis::rl {
+namespace fs = std::filesystem;
+namespace {
+
+const char* const kFormat = "trellis-sharded-adamw";
+
+std::string shard_file(int rank, int world) {
+  return "shard-" + std::to_string(rank) + "-of-" + std::to_string(world) + ".safetensors";
+}
+
+std::span<const std::byte> bytes_of(const torch::Tensor& t) {
+  return {static_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())};
+}
+
+}  // namespace
 
 OptimizerConfig OptimizerConfig::from_config(const Config& config, const std::string& section) {
   OptimizerConfig c;
@@ -23,13 +42,44 @@ OptimizerConfig OptimizerConfig::from_config(const Config& config, const std::st
   return c;
 }
 
-Optimizer::Optimizer(std::vector<torch::Tensor> parameters, OptimizerConfig config)
-    : parameters_(std::move(parameters)), config_(config) {
-  adamw_ =
-      std::make_unique<torch::optim::AdamW>(parameters_, torch::optim::AdamWOptions(config_.lr)
-                                                             .betas({config_.beta1, config_.beta2})
-                                                             .eps(config_.eps)
-                                                             .weight_decay(config_.weight_decay));
+Optimizer::Optimizer(std::vector<torch::Tensor> parameters, OptimizerConfig config,
+                     ProcessGroup* group)
+    : parameters_(std::move(parameters)), config_(config), group_(group) {
+  if (group_) {
+    rank_ = group_->rank();
+    world_ = group_->world();
+  }
+  for (const auto& p : parameters_) {
+    if (p.scalar_type() != torch::kFloat32 || !p.is_contiguous())
+      fail("optimizer", "parameters must be contiguous fp32 master tensors");
+    offsets_.push_back(total_);
+    total_ += p.numel();
+  }
+  shard_ = (total_ + world_ - 1) / world_;
+  begin_ = std::min(total_, rank_ * shard_);
+  end_ = std::min(total_, begin_ + shard_);
+  const int64_t n = end_ - begin_;
+  exp_avg_ = torch::zeros({n}, torch::kFloat32);
+  exp_avg_sq_ = torch::zeros({n}, torch::kFloat32);
+  torch::NoGradGuard no_grad;
+  if (world_ > 1) {
+    // This rank's own fp32 copy of its slice: one segment.
+    masters_ = torch::empty({n}, torch::kFloat32);
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const int64_t lo = std::max(begin_, offsets_[i]);
+      const int64_t hi = std::min(end_, offsets_[i] + parameters_[i].numel());
+      if (lo < hi) {
+        masters_.narrow(0, lo - begin_, hi - lo)
+            .copy_(parameters_[i].detach().view({-1}).narrow(0, lo - offsets_[i], hi - lo));
+      }
+    }
+    segments_.push_back({masters_, 0});
+  } else {
+    // One rank: the parameters are the masters (views share their version counter, so the
+    // model sees every update).
+    for (size_t i = 0; i < parameters_.size(); ++i)
+      segments_.push_back({parameters_[i].detach().view({-1}), offsets_[i]});
+  }
 }
 
 Optimizer::~Optimizer() = default;
@@ -39,44 +89,188 @@ double Optimizer::lr_at(int64_t step) const {
   return config_.lr * static_cast<double>(step + 1) / static_cast<double>(config_.warmup_steps);
 }
 
+int64_t Optimizer::state_bytes() const {
+  const int64_t masters = world_ > 1 ? masters_.numel() : total_;
+  return 4 * (masters + exp_avg_.numel() + exp_avg_sq_.numel());
+}
+
 Optimizer::StepInfo Optimizer::step() {
+  torch::NoGradGuard no_grad;
   StepInfo info;
   info.lr = lr_at(steps_);
-  std::vector<torch::Tensor> with_grad;
-  for (const auto& p : parameters_)
-    if (p.grad().defined()) with_grad.push_back(p);
-  // The norm over every gradient at once; clipping scales them all by the same factor.
-  info.grad_norm = torch::nn::utils::clip_grad_norm_(
-      with_grad,
-      config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity());
-  if (std::isfinite(info.grad_norm)) {
-    for (auto& group : adamw_->param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(info.lr);
-    adamw_->step();
+  const int64_t n = end_ - begin_;
+
+  // This rank's slice of the gradient, summed over the ranks.
+  torch::Tensor grad;
+  {
+    torch::Tensor flat = torch::zeros({shard_ * world_}, torch::kFloat32);
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      const auto& g = parameters_[i].grad();
+      if (g.defined()) flat.narrow(0, offsets_[i], g.numel()).copy_(g.reshape({-1}));
+    }
+    grad = world_ > 1 ? group_->reduce_scatter_sum(flat).narrow(0, 0, n) : flat.narrow(0, 0, n);
   }
-  adamw_->zero_grad();
+  torch::Tensor sum_sq = torch::sum(grad.square(), torch::kFloat64).reshape({1});
+  if (group_) group_->all_reduce_sum(sum_sq);
+  info.grad_norm = std::sqrt(sum_sq.item<double>());
+
+  if (std::isfinite(info.grad_norm)) {
+    // As torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW compute them.
+    const double max_norm =
+        config_.max_grad_norm > 0 ? config_.max_grad_norm : std::numeric_limits<double>::infinity();
+    const double clip = max_norm / (info.grad_norm + 1e-6);
+    if (clip < 1) grad.mul_(clip);
+    ++adam_steps_;
+    const double bc1 = 1 - std::pow(config_.beta1, static_cast<double>(adam_steps_));
+    const double bc2 = 1 - std::pow(config_.beta2, static_cast<double>(adam_steps_));
+    for (auto& seg : segments_) {
+      const int64_t len = seg.master.numel();
+      if (len == 0) continue;
+      auto g = grad.narrow(0, seg.offset, len);
+      auto m = exp_avg_.narrow(0, seg.offset, len), v = exp_avg_sq_.narrow(0, seg.offset, len);
+      if (config_.weight_decay != 0) seg.master.mul_(1 - info.lr * config_.weight_decay);
+      m.mul_(config_.beta1).add_(g, 1 - config_.beta1);
+      v.mul_(config_.beta2).addcmul_(g, g, 1 - config_.beta2);
+      const auto denom = (v.sqrt() / std::sqrt(bc2)).add_(config_.eps);
+      seg.master.addcdiv_(m, denom, -info.lr / bc1);
+    }
+    if (world_ > 1) {
+      // Every rank's updated slice into every rank's working weights.
+      torch::Tensor mine = torch::zeros({shard_}, torch::kFloat32);
+      mine.narrow(0, 0, n).copy_(masters_);
+      torch::Tensor all = torch::empty({shard_ * world_}, torch::kFloat32);
+      group_->all_gather(mine, all);
+      for (size_t i = 0; i < parameters_.size(); ++i) {
+        auto p = parameters_[i].detach();
+        p.view({-1}).copy_(all.narrow(0, offsets_[i], p.numel()));
+      }
+    }
+  }
+  for (auto& p : parameters_) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
   ++steps_;
   return info;
 }
 
-void Optimizer::save(const std::filesystem::path& path) const {
-  torch::serialize::OutputArchive archive;
-  adamw_->save(archive);
-  archive.write("trellis_steps", torch::tensor(steps_, torch::kInt64));
-  archive.save_to(path.string());
+void Optimizer::save(const fs::path& dir) {
+  torch::Tensor counts = torch::tensor({steps_, adam_steps_}, torch::kInt64);
+  if (rank_ != 0) {
+    group_->send(exp_avg_, 0);
+    group_->send(exp_avg_sq_, 0);
+    return;
+  }
+  const fs::path out = dir / "optimizer";
+  fs::create_directories(out);
+  Json shards = Json::array();
+  for (int r = 0; r < world_; ++r) {
+    const int64_t lo = std::min(total_, r * shard_), hi = std::min(total_, lo + shard_);
+    torch::Tensor m = exp_avg_, v = exp_avg_sq_;
+    if (r != 0) {
+      m = torch::empty({hi - lo}, torch::kFloat32);
+      v = torch::empty({hi - lo}, torch::kFloat32);
+      group_->recv(m, r);
+      group_->recv(v, r);
+    }
+    const std::string file = shard_file(r, world_);
+    model::write_safetensors(out / file,
+                             {{"exp_avg", model::DType::F32, {hi - lo}, bytes_of(m)},
+                              {"exp_avg_sq", model::DType::F32, {hi - lo}, bytes_of(v)}});
+    shards.push_back({{"file", file}, {"begin", lo}, {"end", hi}});
+  }
+  const Json index{{"format", kFormat},
+                   {"parameters", total_},
+                   {"steps", steps_},
+                   {"adam_steps", adam_steps_},
+                   {"shards", shards}};
+  write_file_atomic(out / "index.json", index.dump(1) + "\n");
 }
 
-void Optimizer::load(const std::filesystem::path& path) {
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(path.string());
-    adamw_->load(archive);
-    torch::Tensor steps;
-    archive.read("trellis_steps", steps);
-    steps_ = steps.item<int64_t>();
-  } catch (const c10::Error& e) {
-    fail(path.string(), "cannot read optimizer state: {}", e.what_without_backtrace());
+void Optimizer::load_moments(const fs::path& dir, torch::Tensor& m, torch::Tensor& v,
+                             int64_t& steps, int64_t& adam_steps) const {
+  const fs::path index_path = dir / "optimizer" / "index.json";
+  const fs::path legacy = dir / "optimizer.pt";
+  if (!fs::exists(index_path) && fs::exists(legacy)) {
+    // A checkpoint from before sharding: one torch::optim::AdamW archive.
+    std::vector<torch::Tensor> params;
+    for (const auto& p : parameters_) params.push_back(torch::zeros_like(p));
+    torch::optim::AdamW adamw(params);
+    try {
+      torch::serialize::InputArchive archive;
+      archive.load_from(legacy.string());
+      adamw.load(archive);
+      torch::Tensor s;
+      archive.read("trellis_steps", s);
+      steps = s.item<int64_t>();
+    } catch (const c10::Error& e) {
+      fail(legacy.string(), "cannot read optimizer state: {}", e.what_without_backtrace());
+    }
+    adam_steps = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto it = adamw.state().find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
+      if (it == adamw.state().end()) continue;
+      const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+      m.narrow(0, offsets_[i], params[i].numel()).copy_(st.exp_avg().reshape({-1}));
+      v.narrow(0, offsets_[i], params[i].numel()).copy_(st.exp_avg_sq().reshape({-1}));
+      adam_steps = std::max(adam_steps, st.step());
+    }
+    return;
   }
+  if (!fs::exists(index_path))
+    fail(index_path.string(), "missing: the checkpoint has no optimizer state");
+  const std::string where = index_path.string();
+  const Json index = read_json_file(where);
+  if (json_required<std::string>(index, "format", where) != kFormat)
+    fail(where, "not a {} index", kFormat);
+  const auto parameters = json_required<int64_t>(index, "parameters", where);
+  if (parameters != total_) {
+    fail(where, "holds the state of {} parameters; this model has {}", parameters, total_);
+  }
+  steps = json_required<int64_t>(index, "steps", where);
+  adam_steps = json_required<int64_t>(index, "adam_steps", where);
+  int64_t covered = 0;
+  for (const auto& s : json_required<std::vector<Json>>(index, "shards", where)) {
+    const auto name = json_required<std::string>(s, "file", where);
+    const auto lo = json_required<int64_t>(s, "begin", where);
+    const auto hi = json_required<int64_t>(s, "end", where);
+    if (lo != covered || hi < lo || hi > total_ || name.find('/') != std::string::npos)
+      fail(where, "shard '{}' [{}, {}) does not continue at {}", name, lo, hi, covered);
+    covered = hi;
+    const fs::path path = dir / "optimizer" / name;
+    const auto file = model::SafetensorsFile::open(path);
+    for (auto [key, out] : {std::pair{"exp_avg", &m}, std::pair{"exp_avg_sq", &v}}) {
+      const auto* t = file.find(key);
+      if (!t || t->dtype != model::DType::F32 || t->numel() != hi - lo)
+        fail(path.string(), "no fp32 '{}' of {} elements", key, hi - lo);
+      std::memcpy(out->narrow(0, lo, hi - lo).data_ptr(), file.data(*t).data(), t->nbytes());
+    }
+  }
+  if (covered != total_) fail(where, "the shards end at {} of {} elements", covered, total_);
+}
+
+void Optimizer::load(const fs::path& dir) {
+  torch::Tensor counts = torch::zeros({2}, torch::kInt64);
+  if (rank_ == 0) {
+    torch::Tensor m = torch::zeros({total_}, torch::kFloat32);
+    torch::Tensor v = torch::zeros({total_}, torch::kFloat32);
+    int64_t steps = 0, adam_steps = 0;
+    load_moments(dir, m, v, steps, adam_steps);
+    counts[0] = steps;
+    counts[1] = adam_steps;
+    for (int r = 1; r < world_; ++r) {
+      const int64_t lo = std::min(total_, r * shard_), hi = std::min(total_, lo + shard_);
+      group_->send(m.narrow(0, lo, hi - lo), r);
+      group_->send(v.narrow(0, lo, hi - lo), r);
+    }
+    exp_avg_.copy_(m.narrow(0, begin_, end_ - begin_));
+    exp_avg_sq_.copy_(v.narrow(0, begin_, end_ - begin_));
+  } else {
+    group_->recv(exp_avg_, 0);
+    group_->recv(exp_avg_sq_, 0);
+  }
+  if (group_) group_->broadcast(counts, 0);
+  steps_ = counts[0].item<int64_t>();
+  adam_steps_ = counts[1].item<int64_t>();
 }
 
 }  // namespace trellis::rl

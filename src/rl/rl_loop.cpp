@@ -20,6 +20,7 @@
 #include "rl/sample_stats.h"
 #include "rl/task_source.h"
 #include "rl/trainer.h"
+#include "rl/trainer_ranks.h"
 
 namespace trellis::rl {
 namespace fs = std::filesystem;
@@ -45,34 +46,6 @@ struct Batch {
   Metrics metrics;
 };
 
-Json rollout_json(const Rollout& r) {
-  return {{"prompt", r.sequence.prompt},
-          {"completion", r.sequence.completion},
-          {"temperature", r.sequence.temperature},
-          {"logprobs", r.logprobs},
-          {"versions", r.versions},
-          {"seed", r.seed},
-          {"finish", r.finish},
-          {"task_reward", r.task_reward},
-          {"reward", r.reward},
-          {"advantage", r.advantage}};
-}
-
-Rollout rollout_from_json(const Json& j) {
-  Rollout r;
-  r.sequence.prompt = j.at("prompt").get<std::vector<int32_t>>();
-  r.sequence.completion = j.at("completion").get<std::vector<int32_t>>();
-  r.sequence.temperature = j.at("temperature").get<double>();
-  r.logprobs = j.at("logprobs").get<std::vector<float>>();
-  r.versions = j.at("versions").get<std::vector<int64_t>>();
-  r.seed = j.at("seed").get<uint64_t>();
-  r.finish = j.at("finish").get<std::string>();
-  r.task_reward = j.at("task_reward").get<double>();
-  r.reward = j.at("reward").get<double>();
-  r.advantage = j.at("advantage").get<double>();
-  return r;
-}
-
 Json batch_json(const Batch& b) {
   Json rollouts = Json::array(), metrics = Json::array();
   for (const auto& r : b.rollouts) rollouts.push_back(rollout_json(r));
@@ -91,7 +64,8 @@ Batch batch_from_json(const Json& j) {
 
 class RlLoop {
  public:
-  RlLoop(const Config& config, const fs::path& run_dir, bool resume, const model::Compute& compute)
+  RlLoop(const Config& config, const fs::path& run_dir, bool resume, const model::Compute& compute,
+         ProcessGroup& group)
       : run_dir_(run_dir), cfg_(RlLoopConfig::from_config(config)) {
     const TrainerConfig trainer_config = TrainerConfig::from_config(config);
     environment_ = env::make_environment(config);
@@ -111,6 +85,7 @@ class RlLoop {
       weights = *checkpoint;
     }
     model_ = model::load_transformer(weights, compute);
+    broadcast_weights(group, *model_);
     prompting_ =
         std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
 
@@ -120,10 +95,11 @@ class RlLoop {
     tc.vocab_limit = prompting_->tok.vocab_size();
     model_->set_requires_grad(true);
     trainer_ = std::make_unique<Trainer>(*model_, tc, std::move(reference),
-                                         model::measure_matmul_flops(compute));
+                                         model::measure_matmul_flops(compute), &group);
+    ranks_ = std::make_unique<RankLeader>(group, *trainer_);
 
     if (checkpoint) {
-      const Json progress = load_checkpoint_state(*checkpoint, trainer_->optimizer());
+      const Json progress = ranks_->resume(*checkpoint);
       start_step_ = progress.at("step").get<int64_t>();
       tasks_->set_cursor(progress.at("task_cursor").get<int64_t>());
       for (const auto& b : progress.at("pending")) pending_.push_back(batch_from_json(b));
@@ -140,6 +116,7 @@ class RlLoop {
     log::info("rl: {} on {} ({}), {} steps of {} samples ({} per prompt), async level {}",
               weights.string(), compute.describe(), tasks_->describe(), cfg_.steps, cfg_.batch_size,
               cfg_.group_size, cfg_.async_level);
+    if (group.world() > 1) log::info("trainer: {} ranks", group.world());
     log::info("run directory: {}", run_dir.string());
   }
 
@@ -165,7 +142,7 @@ class RlLoop {
       if (batch.rollouts.empty()) {
         log::warn("step {}: no group had signal after {} rounds; no update", s, cfg_.max_rounds);
       } else {
-        m.append(trainer_->step(batch.rollouts));
+        m.append(ranks_->step(batch.rollouts));
       }
       write_total_clip(m);
       engine_->update_weights([](model::Transformer&) {}, s + 1);
@@ -179,6 +156,7 @@ class RlLoop {
         checkpoint(s + 1);
       }
     }
+    ranks_->stop();
   }
 
  private:
@@ -228,8 +206,10 @@ class RlLoop {
     Json pending = Json::array();
     for (const auto& b : pending_) pending.push_back(batch_json(b));
     Json progress{{"task_cursor", tasks_->cursor()}, {"pending", pending}};
-    const fs::path dir = save_checkpoint(run_dir_ / "checkpoints", next_step, *model_,
-                                         trainer_->optimizer(), base_model_, progress);
+    const fs::path dir = ranks_->checkpoint([&] {
+      return save_checkpoint(run_dir_ / "checkpoints", next_step, *model_, trainer_->optimizer(),
+                             base_model_, progress);
+    });
     prune_checkpoints(run_dir_ / "checkpoints", cfg_.keep_checkpoints);
     log::info("checkpoint {}", dir.string());
   }
@@ -243,6 +223,7 @@ class RlLoop {
   std::unique_ptr<model::Transformer> model_;
   std::unique_ptr<model::Prompting> prompting_;
   std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<RankLeader> ranks_;
   std::unique_ptr<engine::Engine> engine_;
   std::deque<Batch> pending_;
   RecentReward recent_rewards_;
@@ -288,8 +269,8 @@ RolloutOptions rollout_options(const RlLoopConfig& rl, const Config& config) {
 }
 
 void run_rl(const Config& config, const fs::path& run_dir, bool resume,
-            const model::Compute& compute) {
-  RlLoop loop(config, run_dir, resume, compute);
+            const model::Compute& compute, ProcessGroup& group) {
+  RlLoop loop(config, run_dir, resume, compute, group);
   loop.run();
 }
 

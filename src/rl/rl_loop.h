@@ -18,6 +18,7 @@
 
 #include "common/config.h"
 #include "model/compute.h"
+#include "rl/process_group.h"
 #include "rl/rollouts.h"
 
 namespace trellis::rl {
@@ -46,8 +47,9 @@ struct RlLoopConfig {
 // the inference workers and `bench rollouts`.
 RolloutOptions rollout_options(const RlLoopConfig& rl, const Config& config);
 
-// Runs the loop; `resume` continues from the newest checkpoint under run_dir/checkpoints.
+// Runs the loop as rank 0 of `group` (rl/trainer_ranks.h: the other ranks run run_follower);
+// `resume` continues from the newest checkpoint under run_dir/checkpoints.
 void run_rl(const Config& config, const std::filesystem::path& run_dir, bool resume,
-            const model::Compute& compute);
+            const model::Compute& compute, ProcessGroup& group);
 
 }  // namespace trellis::rl

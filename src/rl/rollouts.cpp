@@ -71,4 +71,32 @@ std::vector<RolloutGroup> generate_rollouts(engine::Engine& engine,
   return groups;
 }
 
+Json rollout_json(const Rollout& r) {
+  return {{"prompt", r.sequence.prompt},
+          {"completion", r.sequence.completion},
+          {"temperature", r.sequence.temperature},
+          {"logprobs", r.logprobs},
+          {"versions", r.versions},
+          {"seed", r.seed},
+          {"finish", r.finish},
+          {"task_reward", r.task_reward},
+          {"reward", r.reward},
+          {"advantage", r.advantage}};
+}
+
+Rollout rollout_from_json(const Json& j) {
+  Rollout r;
+  r.sequence.prompt = j.at("prompt").get<std::vector<int32_t>>();
+  r.sequence.completion = j.at("completion").get<std::vector<int32_t>>();
+  r.sequence.temperature = j.at("temperature").get<double>();
+  r.logprobs = j.at("logprobs").get<std::vector<float>>();
+  r.versions = j.at("versions").get<std::vector<int64_t>>();
+  r.seed = j.at("seed").get<uint64_t>();
+  r.finish = j.at("finish").get<std::string>();
+  r.task_reward = j.at("task_reward").get<double>();
+  r.reward = j.at("reward").get<double>();
+  r.advantage = j.at("advantage").get<double>();
+  return r;
+}
+
 }  // namespace trellis::rl

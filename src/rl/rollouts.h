@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json.h"
 #include "engine/engine.h"
 #include "env/environment.h"
 #include "env/length_reward.h"
@@ -37,6 +38,12 @@ struct Rollout {
 
   int64_t tokens() const { return static_cast<int64_t>(sequence.completion.size()); }
 };
+
+// A rollout's trained fields as JSON and back (checkpoints of pending batches, and the batch the
+// trainer's rank 0 sends the others): prompt, completion, temperature, logprobs, versions, seed,
+// finish, rewards and advantage; numbers round-trip exactly.
+Json rollout_json(const Rollout& r);
+Rollout rollout_from_json(const Json& j);
 
 struct RolloutGroup {
   int64_t task_index = 0;

@@ -1,5 +1,6 @@
 #include "rl/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/error.h"
@@ -17,10 +18,32 @@ void sync(const model::Compute& c) {
   if (c.device.is_cuda()) torch::cuda::synchronize();
 }
 
-std::vector<int64_t> input_lengths(const std::vector<Rollout>& batch, size_t lo, size_t hi) {
+std::vector<int64_t> input_lengths(const std::vector<Rollout>& batch,
+                                   const std::vector<size_t>& which) {
   std::vector<int64_t> lengths;
-  for (size_t i = lo; i < hi; ++i) lengths.push_back(batch[i].sequence.input_length());
+  for (size_t i : which) lengths.push_back(batch[i].sequence.input_length());
   return lengths;
+}
+
+// The rollouts of batch[lo, hi) that `rank` of `world` trains: longest first, each to the rank
+// with the fewest tokens so far (the lowest on a tie), in batch order. Every rank computes the
+// same split.
+std::vector<size_t> share_of(const std::vector<Rollout>& batch, size_t lo, size_t hi, int rank,
+                             int world) {
+  std::vector<size_t> order;
+  for (size_t i = lo; i < hi; ++i) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return batch[a].sequence.input_length() > batch[b].sequence.input_length();
+  });
+  std::vector<int64_t> load(world, 0);
+  std::vector<size_t> mine;
+  for (size_t i : order) {
+    const int r = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[r] += batch[i].sequence.input_length();
+    if (r == rank) mine.push_back(i);
+  }
+  std::sort(mine.begin(), mine.end());
+  return mine;
 }
 
 }  // namespace
@@ -45,12 +68,14 @@ TrainerConfig TrainerConfig::from_config(const Config& c) {
 }
 
 Trainer::Trainer(model::Transformer& policy, TrainerConfig config,
-                 std::unique_ptr<model::Transformer> reference, double peak_flops)
+                 std::unique_ptr<model::Transformer> reference, double peak_flops,
+                 ProcessGroup* group)
     : policy_(policy),
       config_(config),
       reference_(std::move(reference)),
       peak_flops_(peak_flops),
-      optimizer_(policy.parameters(), config.optimizer) {
+      group_(group),
+      optimizer_(policy.parameters(), config.optimizer, group) {
   validate(config_.loss);
   if ((config_.loss.kl_coef > 0) != (reference_ != nullptr)) {
     fail("loss.kl_coef", "a reference model is needed exactly when kl_coef > 0");
@@ -60,12 +85,13 @@ Trainer::Trainer(model::Transformer& policy, TrainerConfig config,
 Trainer::~Trainer() = default;
 
 std::vector<torch::Tensor> Trainer::score(model::Transformer& model,
-                                          const std::vector<Rollout>& batch) {
+                                          const std::vector<Rollout>& batch,
+                                          const std::vector<size_t>& which) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> out(batch.size());
-  const auto bins =
-      pack_first_fit_decreasing(input_lengths(batch, 0, batch.size()), config_.micro_batch_tokens);
-  for (const auto& bin : bins) {
+  auto bins = pack_first_fit_decreasing(input_lengths(batch, which), config_.micro_batch_tokens);
+  for (auto& bin : bins) {
+    for (size_t& j : bin) j = which[j];
     std::vector<const Sequence*> seqs;
     for (size_t i : bin) seqs.push_back(&batch[i].sequence);
     const auto logp =
@@ -90,20 +116,31 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
   }
   const auto& cfg = config_.loss;
   const auto& mcfg = policy_.config();
-  const double t0 = now_s();
+  const int rank = group_ ? group_->rank() : 0, world = group_ ? group_->world() : 1;
+  const double t0 = now_s(), comm0 = group_ ? group_->comm_seconds() : 0;
 
-  // logp_old once, with the weights at the start of the step (specs/rl.md §1).
-  const auto logp_old = score(policy_, batch);
-  std::vector<torch::Tensor> logp_ref;
-  if (reference_) logp_ref = score(*reference_, batch);
-  const double logp_old_seconds = now_s() - t0;
-
+  // Optimizer step k trains batch[k·S/n, (k+1)·S/n); this rank trains mine[k] of them.
   const size_t S = batch.size();
   const size_t n = std::min<size_t>(config_.optimizer_steps, S);
+  std::vector<std::vector<size_t>> mine(n);
+  std::vector<size_t> all_mine;
+  for (size_t k = 0; k < n; ++k) {
+    mine[k] = share_of(batch, k * S / n, (k + 1) * S / n, rank, world);
+    all_mine.insert(all_mine.end(), mine[k].begin(), mine[k].end());
+  }
+
+  // logp_old once, with the weights at the start of the step (specs/rl.md §1).
+  const auto logp_old = score(policy_, batch, all_mine);
+  std::vector<torch::Tensor> logp_ref;
+  if (reference_) logp_ref = score(*reference_, batch, all_mine);
+  const double logp_old_seconds = now_s() - t0;
+
   LossStats stats;
   double loss_sum = 0, grad_norm_sum = 0, lr = 0, tokens = 0, sum_sq = 0;
+  double forward_backward_seconds = 0, optimizer_seconds = 0;
   for (size_t k = 0; k < n; ++k) {
     const size_t lo = k * S / n, hi = (k + 1) * S / n;
+    // The loss weights of the whole optimizer step, whichever rank trains which sample.
     std::vector<int64_t> completion_lengths;
     for (size_t i = lo; i < hi; ++i) completion_lengths.push_back(batch[i].tokens());
     const TokenWeights tw =
@@ -112,26 +149,27 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
     for (size_t i = lo; i < hi; ++i)
       weight_offset[i - lo + 1] = weight_offset[i - lo] + batch[i].tokens();
 
-    const auto lengths = input_lengths(batch, lo, hi);
+    const double t_fb = now_s();
+    const auto lengths = input_lengths(batch, mine[k]);
     for (int64_t len : lengths) {
       tokens += len;
       sum_sq += static_cast<double>(len) * len;
     }
     const auto weights = torch::tensor(tw.weights), mean_weights = torch::tensor(tw.mean_weights);
-    double step_loss = 0;
     for (const auto& bin : pack_first_fit_decreasing(lengths, config_.micro_batch_tokens)) {
       std::vector<const Sequence*> seqs;
       std::vector<torch::Tensor> old, behav, adv, w, m, ref;
       for (size_t j : bin) {
-        const Rollout& r = batch[lo + j];
+        const size_t i = mine[k][j];
+        const Rollout& r = batch[i];
         const int64_t len = r.tokens();
         seqs.push_back(&r.sequence);
-        old.push_back(logp_old[lo + j]);
+        old.push_back(logp_old[i]);
         behav.push_back(torch::tensor(r.logprobs));
         adv.push_back(torch::full({len}, r.advantage, torch::kFloat32));
-        w.push_back(weights.narrow(0, weight_offset[j], len));
-        m.push_back(mean_weights.narrow(0, weight_offset[j], len));
-        if (reference_) ref.push_back(logp_ref[lo + j]);
+        w.push_back(weights.narrow(0, weight_offset[i - lo], len));
+        m.push_back(mean_weights.narrow(0, weight_offset[i - lo], len));
+        if (reference_) ref.push_back(logp_ref[i]);
       }
       const auto lp = sequence_logprobs(policy_, pack_sequences(seqs), config_.vocab_limit,
                                         /*with_entropy=*/true);
@@ -147,15 +185,38 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
       in.entropy = cfg.entropy_coef > 0 ? lp.entropy : lp.entropy.detach();
       auto result = policy_loss(cfg, in);
       result.loss.backward();
-      step_loss += result.loss.item<double>();
+      loss_sum += result.loss.item<double>();
       stats += result.stats;
     }
+    sync(policy_.compute());
+    const double t_opt = now_s();
+    forward_backward_seconds += t_opt - t_fb;
     const auto info = optimizer_.step();
-    loss_sum += step_loss;
+    optimizer_seconds += now_s() - t_opt;
     grad_norm_sum += info.grad_norm;
     lr = info.lr;
   }
   sync(policy_.compute());
+
+  // Every rank's sums, and each rank's compute time in its own slot.
+  double forward_backward_min = forward_backward_seconds,
+         forward_backward_max = forward_backward_seconds;
+  if (group_) {
+    const std::vector<double> sums{loss_sum,          tokens,           sum_sq,
+                                   stats.tokens,      stats.clip_low,   stats.clip_high,
+                                   stats.clip_delta,  stats.masked_low, stats.masked_high,
+                                   stats.mismatch_k3, stats.entropy,    stats.kl};
+    torch::Tensor t = torch::zeros({static_cast<int64_t>(sums.size()) + world}, torch::kFloat64);
+    for (size_t i = 0; i < sums.size(); ++i) t[static_cast<int64_t>(i)] = sums[i];
+    t[static_cast<int64_t>(sums.size()) + rank] = forward_backward_seconds;
+    group_->all_reduce_sum(t);
+    const auto r = t.accessor<double, 1>();
+    loss_sum = r[0], tokens = r[1], sum_sq = r[2];
+    stats = {r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11]};
+    const auto per_rank = t.narrow(0, static_cast<int64_t>(sums.size()), world);
+    forward_backward_min = per_rank.min().item<double>();
+    forward_backward_max = per_rank.max().item<double>();
+  }
   const double seconds = now_s() - t0;
 
   Metrics m;
@@ -173,12 +234,20 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
   if (reference_) m.set("kl/ref", stats.kl / tok);
   m.set("time/train", seconds);
   m.set("time/logp_old", logp_old_seconds);
+  m.set("time/forward_backward", forward_backward_seconds);
+  m.set("time/optimizer", optimizer_seconds);
+  m.set("time/comm", (group_ ? group_->comm_seconds() : 0) - comm0);
+  if (group_) {
+    m.set("time/forward_backward_min", forward_backward_min);
+    m.set("time/forward_backward_max", forward_backward_max);
+  }
+  m.set("memory/optimizer_mib", static_cast<double>(optimizer_.state_bytes()) / (1 << 20));
   m.set("throughput/train_tok_s", tokens / seconds);
   if (peak_flops_ > 0) {
     // Forward + backward per optimizer pass, plus the no-grad forwards (a third of that each).
     const double passes = 1.0 + (1.0 + (reference_ ? 1.0 : 0.0)) / 3.0;
     const double flops = passes * model::train_flops(mcfg, static_cast<int64_t>(tokens), sum_sq);
-    m.set("throughput/mfu", flops / seconds / peak_flops_);
+    m.set("throughput/mfu", flops / seconds / (peak_flops_ * world));
   }
   return m;
 }

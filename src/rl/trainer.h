@@ -8,6 +8,11 @@
 //
 // The same class serves the single-process loop (`trellis rl`) and the distributed trainer, so
 // both train identically on identical data.
+//
+// With several ranks (a ProcessGroup), every rank holds the whole batch and trains its share of
+// each optimizer step's samples (balanced by tokens); the loss weights are computed over the whole
+// optimizer step, so the gradients the optimizer sums over the ranks, and every metric, are what
+// one rank would compute on all of it.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +24,7 @@
 #include "rl/loss.h"
 #include "rl/metrics_log.h"
 #include "rl/optimizer.h"
+#include "rl/process_group.h"
 #include "rl/rollouts.h"
 
 namespace trellis::rl {
@@ -39,26 +45,33 @@ class Trainer {
  public:
   // `policy` is trained in place; `reference` (may be null) must be given iff loss.kl_coef > 0.
   // `peak_flops` (the same-run matmul rate) turns FLOPs into MFU; 0 = MFU not reported.
+  // `group` (null = one rank) must outlive the trainer; step() is then collective.
   Trainer(model::Transformer& policy, TrainerConfig config,
-          std::unique_ptr<model::Transformer> reference = nullptr, double peak_flops = 0);
+          std::unique_ptr<model::Transformer> reference = nullptr, double peak_flops = 0,
+          ProcessGroup* group = nullptr);
   ~Trainer();
 
   // One rollout step on `batch` (advantages set; behaviour log-probs of every completion token).
   // Metrics: loss, entropy, grad_norm, lr, clip/{low,high,delta}_frac, mismatch/k3,
-  // mismatch/masked_{low,high}_frac, time/train, throughput/train_tok_s, throughput/mfu.
+  // mismatch/masked_{low,high}_frac, time/train, throughput/train_tok_s, throughput/mfu (over
+  // all ranks), and the time split: time/logp_old, time/forward_backward (with _min and _max over
+  // the ranks), time/optimizer, time/comm (inside collectives), memory/optimizer_mib (this rank).
   Metrics step(const std::vector<Rollout>& batch);
 
   Optimizer& optimizer() { return optimizer_; }
   const TrainerConfig& config() const { return config_; }
 
  private:
-  // Per-rollout log-probs of the completion tokens under `model`, without grad.
-  std::vector<torch::Tensor> score(model::Transformer& model, const std::vector<Rollout>& batch);
+  // Log-probs of the completion tokens of batch[i] for each i in `which` under `model`, without
+  // grad (entries of other rollouts stay undefined).
+  std::vector<torch::Tensor> score(model::Transformer& model, const std::vector<Rollout>& batch,
+                                   const std::vector<size_t>& which);
 
   model::Transformer& policy_;
   TrainerConfig config_;
   std::unique_ptr<model::Transformer> reference_;
   double peak_flops_;
+  ProcessGroup* group_;
   Optimizer optimizer_;
 };
 

@@ -90,7 +90,7 @@ TEST_F(SftCli, TrainsEvaluatesCheckpointsAndWritesTheModel) {
   // Checkpoints at 3 and 6 and the end, the newest two kept; the resolved config saved.
   EXPECT_FALSE(fs::exists(run / "checkpoints" / "step_3"));
   EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_6" / "model.safetensors"));
-  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_8" / "optimizer.pt"));
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_8" / "optimizer" / "index.json"));
   EXPECT_TRUE(fs::exists(run / "config.toml"));
 
   // The final model is a complete model directory that `trellis eval` runs.

@@ -187,7 +187,7 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   for (const char* role :
        {"discovery", "orchestrator", "trainer", "relay-0", "node-0", "node-1", "node-2"})
     EXPECT_TRUE(fs::exists(run_dir / "logs" / (std::string(role) + ".log"))) << role;
-  EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer.pt"));
+  EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer" / "index.json"));
   // Policies went out through SHARDCAST: the origin published every version (signed), the relay
   // pulled them, and the workers fetched verified copies.
   const auto origin = shardcast::read_manifest(run_dir / "shardcast" / "origin");

@@ -1,6 +1,7 @@
-// Optimizer and checkpoint tests: the warm-up schedule and clipping, exact save/load of AdamW
-// state (a restored optimizer continues bit-for-bit), checkpoint directories (atomic, pruned,
-// newest found) and metrics.jsonl truncation on resume.
+// Optimizer and checkpoint tests: the warm-up schedule and clipping, AdamW against libtorch's,
+// exact save/load of its state (a restored optimizer continues bit-for-bit; older checkpoints
+// load), checkpoint directories (atomic, pruned, newest found) and metrics.jsonl truncation on
+// resume.
 #include "rl/checkpoints.h"
 
 #include <filesystem>
@@ -73,6 +74,32 @@ TEST(Optimizer, ReportsNormBeforeClippingAndSkipsNonFinite) {
   EXPECT_EQ(opt.steps(), 2);
 }
 
+TEST(Optimizer, MatchesTorchAdamWWithGradientClipping) {
+  // The independent reference: libtorch's own clip_grad_norm_ and AdamW on the same gradients.
+  OptimizerConfig c;
+  c.lr = 1e-2;
+  c.warmup_steps = 3;
+  c.weight_decay = 0.1;
+  c.max_grad_norm = 2.5;  // below the sine gradients' norm (about 2.9): the updates are clipped
+  auto ours = fresh_params();
+  std::vector<torch::Tensor> ref;
+  for (const auto& p : ours) ref.push_back(p.detach().clone().requires_grad_());
+  Optimizer opt(ours, c);
+  torch::optim::AdamW adamw(ref, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+  for (int k = 0; k < 6; ++k) {
+    set_grads(ours, k);
+    set_grads(ref, k);
+    const double lr = c.lr * std::min(1.0, (k + 1) / 3.0);
+    const double norm = torch::nn::utils::clip_grad_norm_(ref, c.max_grad_norm);
+    for (auto& g : adamw.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    adamw.step();
+    EXPECT_NEAR(opt.step().grad_norm, norm, 1e-5 * norm) << "step " << k;
+    for (size_t i = 0; i < ours.size(); ++i)
+      EXPECT_TRUE(torch::allclose(ours[i], ref[i], 1e-6, 1e-7)) << "param " << i << " step " << k;
+  }
+}
+
 TEST(Optimizer, SavedStateContinuesBitForBit) {
   const auto dir = temp_dir("opt");
   OptimizerConfig c;
@@ -84,11 +111,12 @@ TEST(Optimizer, SavedStateContinuesBitForBit) {
     set_grads(a, k);
     opt_a.step();
   }
-  opt_a.save(dir / "opt.pt");
+  opt_a.save(dir);
+  EXPECT_TRUE(fs::exists(dir / "optimizer" / "index.json"));
   std::vector<torch::Tensor> b;
   for (const auto& p : a) b.push_back(p.detach().clone().requires_grad_());
   Optimizer opt_b(b, c);
-  opt_b.load(dir / "opt.pt");
+  opt_b.load(dir);
   EXPECT_EQ(opt_b.steps(), 3);
   for (int k = 3; k < 6; ++k) {
     set_grads(a, k);
@@ -98,8 +126,45 @@ TEST(Optimizer, SavedStateContinuesBitForBit) {
   }
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i]));
 
-  write_file_atomic(dir / "bad.pt", "not an archive");
-  EXPECT_NE(test::error_of([&] { opt_b.load(dir / "bad.pt"); }).find("bad.pt"), std::string::npos);
+  // A shard that does not fit is named.
+  write_file_atomic(dir / "optimizer" / "shard-0-of-1.safetensors", "not a safetensors file");
+  EXPECT_NE(test::error_of([&] { opt_b.load(dir); }).find("shard-0-of-1"), std::string::npos);
+  Optimizer other({torch::zeros({7}).requires_grad_()}, c);
+  EXPECT_NE(test::error_of([&] { other.load(dir); }).find("17 parameters; this model has 7"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST(Optimizer, LoadsTheSingleArchiveOfOlderCheckpoints) {
+  // Checkpoints written before the optimizer was sharded hold one torch::optim::AdamW archive.
+  const auto dir = temp_dir("opt_legacy");
+  OptimizerConfig c;
+  c.lr = 1e-2;
+  auto a = fresh_params();
+  torch::optim::AdamW adamw(a, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+  for (int k = 0; k < 3; ++k) {
+    set_grads(a, k);
+    torch::nn::utils::clip_grad_norm_(a, c.max_grad_norm);
+    adamw.step();
+  }
+  torch::serialize::OutputArchive archive;
+  adamw.save(archive);
+  archive.write("trellis_steps", torch::tensor(int64_t{3}, torch::kInt64));
+  archive.save_to((dir / "optimizer.pt").string());
+  std::vector<torch::Tensor> b;
+  for (const auto& p : a) b.push_back(p.detach().clone().requires_grad_());
+  Optimizer opt(b, c);
+  opt.load(dir);
+  EXPECT_EQ(opt.steps(), 3);
+  for (int k = 3; k < 5; ++k) {
+    set_grads(a, k);
+    set_grads(b, k);
+    torch::nn::utils::clip_grad_norm_(a, c.max_grad_norm);
+    adamw.step();
+    opt.step();
+  }
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-6, 1e-7)) << "param " << i;
   fs::remove_all(dir);
 }
 
@@ -132,8 +197,8 @@ TEST(Checkpoints, SaveLoadPruneAndFindNewest) {
   EXPECT_EQ(progress.at("step").get<int64_t>(), 8);
   EXPECT_EQ(progress.at("cursor").get<int64_t>(), 80);
 
-  fs::remove(*latest / "optimizer.pt");
-  EXPECT_NE(test::error_of([&] { load_checkpoint_state(*latest, opt2); }).find("optimizer.pt"),
+  fs::remove_all(*latest / "optimizer");
+  EXPECT_NE(test::error_of([&] { load_checkpoint_state(*latest, opt2); }).find("index.json"),
             std::string::npos);
   fs::remove_all(dir);
 }

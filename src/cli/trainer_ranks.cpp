@@ -1,0 +1,135 @@
+#include "cli/trainer_ranks.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "common/logging.h"
+
+namespace trellis::cli {
+namespace fs = std::filesystem;
+namespace {
+
+// This process's command line, to start the other ranks with.
+std::vector<std::string> own_argv() {
+  const std::string raw = read_file("/proc/self/cmdline");
+  std::vector<std::string> argv;
+  size_t start = 0;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '\0') {
+      argv.push_back(raw.substr(start, i - start));
+      start = i + 1;
+    }
+  }
+  if (!argv.empty()) argv[0] = fs::read_symlink("/proc/self/exe").string();
+  return argv;
+}
+
+}  // namespace
+
+void RankOverrides::add_to(CLI::App* cmd) {
+  cmd->add_option("--nproc", nproc, "trainer ranks on this machine (overrides trainer.nproc)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--nnodes", nnodes, "machines the trainer's ranks run on (trainer.nnodes)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--node-rank", node_rank,
+                  "this machine's index, 0 = rank 0's (trainer.node_rank)")
+      ->check(CLI::Range(0, 4095));
+  cmd->add_option("--rdzv", rdzv, "HOST:PORT of rank 0's rendezvous store (trainer.rdzv)");
+}
+
+void RankOverrides::apply(std::vector<std::string>& overrides) const {
+  if (nproc >= 0) overrides.push_back("trainer.nproc=" + std::to_string(nproc));
+  if (nnodes >= 0) overrides.push_back("trainer.nnodes=" + std::to_string(nnodes));
+  if (node_rank >= 0) overrides.push_back("trainer.node_rank=" + std::to_string(node_rank));
+  if (!rdzv.empty()) overrides.push_back(Config::string_override("trainer.rdzv", rdzv));
+}
+
+bool is_follower(const Config& config) {
+  return config.get<int64_t>("trainer.local_rank") != 0 ||
+         config.get<int64_t>("trainer.node_rank") != 0;
+}
+
+Config with_rank_threads(Config config) {
+  const int64_t nproc = config.get_at_least<int64_t>("trainer.nproc", 1);
+  if (nproc > 1 && config.get<int64_t>("compute.threads") == 0) {
+    const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+    config.apply_override("compute.threads=" + std::to_string(std::max<int64_t>(1, cores / nproc)));
+  }
+  return config;
+}
+
+TrainerRanks::TrainerRanks(const Config& config, const fs::path& log_dir)
+    : options_(rl::DistributedOptions::from_config(config)) {
+  options_.local_rank = static_cast<int>(config.get_at_least<int64_t>("trainer.local_rank", 0));
+  if (options_.local_rank >= options_.nproc) {
+    fail("trainer.local_rank", "must be below trainer.nproc ({}), got {}", options_.nproc,
+         options_.local_rank);
+  }
+  if (options_.world() == 1) {
+    group_ = std::make_unique<rl::ProcessGroup>();
+    return;
+  }
+  if (config.get<std::string>("compute.device") == "cuda") {
+    fail("trainer.nproc",
+         "several ranks on CUDA need NCCL, which this build does not have yet: "
+         "run one rank per GPU machine, or train on CPU");
+  }
+  const auto start_local_ranks = [&](int port) {
+    if (options_.local_rank != 0) return;
+    const auto argv = own_argv();
+    for (int i = 1; i < options_.nproc; ++i) {
+      const int rank = options_.node_rank * options_.nproc + i;
+      auto child_argv = argv;
+      for (const std::string& set :
+           {"trainer.local_rank=" + std::to_string(i),
+            Config::string_override("trainer.rdzv",
+                                    options_.rdzv_host + ":" + std::to_string(port))}) {
+        child_argv.push_back("--set");
+        child_argv.push_back(set);
+      }
+      auto child =
+          std::make_unique<run::ChildProcess>("rank " + std::to_string(rank), child_argv,
+                                              log_dir / ("rank-" + std::to_string(rank) + ".log"));
+      child->start();
+      children_.push_back(std::move(child));
+    }
+    if (options_.nproc > 1) {
+      log::info("started ranks {}..{} of {} (logs in {}/rank-N.log)",
+                options_.node_rank * options_.nproc + 1,
+                options_.node_rank * options_.nproc + options_.nproc - 1, options_.world(),
+                log_dir.string());
+    }
+  };
+  group_ = std::make_unique<rl::ProcessGroup>(options_, start_local_ranks);
+}
+
+TrainerRanks::~TrainerRanks() {
+  for (auto& child : children_) {
+    if (child->running()) child->stop(5);
+  }
+}
+
+void TrainerRanks::run(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    group_->report_failure(e.what());
+    throw;
+  }
+  // The followers return once rank 0 has said stop; give them a moment to exit.
+  for (auto& child : children_) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (child->running() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int status = child->running() ? child->stop(5) : *child->poll();
+    if (status != 0) {
+      fail(child->name(), "exited with status {}:\n{}", status, child->log_tail(20));
+    }
+  }
+}
+
+}  // namespace trellis::cli

@@ -1,0 +1,96 @@
+// ProcessGroup: the trainer's ranks and the collectives between them, all from libtorch's c10d
+// (Gloo over a TCPStore rendezvous; DESIGN.md: never a collective of our own).
+//
+// A trainer of N ranks runs `nproc` processes on each of `nnodes` machines; rank 0 (machine 0,
+// local rank 0) hosts the rendezvous store at rdzv_host:rdzv_port and is the leader: it alone
+// talks to the orchestrator and the run directory, and tells the others what to do
+// (rl/trainer_ranks.h). A world of one rank needs no rendezvous: every collective is the identity.
+//
+// Failures: a rank that fails stores its error in the rendezvous store before it exits; the others
+// see the broken collective (Gloo reports a closed peer at once) and fail with that rank's error.
+// A collective that waits longer than timeout_s for a live but stuck peer fails the same way.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+namespace trellis {
+class Config;
+}
+
+namespace trellis::rl {
+
+struct DistributedOptions {
+  int nproc = 1;      // ranks on this machine
+  int nnodes = 1;     // machines
+  int node_rank = 0;  // this machine's index
+  int local_rank = 0;
+  std::string rdzv_host = "127.0.0.1";  // where rank 0's store listens
+  int rdzv_port = 0;
+  double timeout_s = 900;  // the longest one collective waits for a peer
+
+  int world() const { return nproc * nnodes; }
+  int rank() const { return node_rank * nproc + local_rank; }
+
+  // trainer.nproc, nnodes, node_rank, rdzv ("HOST:PORT"; "" = this machine, a free port) and
+  // collective_timeout_s; Error naming the key when a value is unusable.
+  static DistributedOptions from_config(const Config& config);
+};
+
+class ProcessGroup {
+ public:
+  // One rank: no store, no peers.
+  ProcessGroup();
+  // Joins the rendezvous (rank 0 creates it, on a free port when rdzv_port is 0) and builds the
+  // Gloo group over it. `joined` runs in between with the store's port: the place to start this
+  // machine's other ranks, which the group's construction waits for.
+  explicit ProcessGroup(const DistributedOptions& options,
+                        const std::function<void(int store_port)>& joined = {});
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  bool leader() const { return rank_ == 0; }
+
+  // Collectives, in place on contiguous CPU tensors; every rank calls each, in the same order.
+  void all_reduce_sum(torch::Tensor& t);
+  // `flat` holds world() equal chunks; returns this rank's chunk of their sum over the ranks.
+  torch::Tensor reduce_scatter_sum(const torch::Tensor& flat);
+  // Fills `flat` (world() chunks of shard's size) with every rank's shard, in rank order.
+  void all_gather(const torch::Tensor& shard, torch::Tensor& flat);
+  void broadcast(torch::Tensor& t, int root);
+  void send(const torch::Tensor& t, int to);
+  void recv(torch::Tensor& t, int from);
+
+  // The leader's message to every rank (its `message` argument is ignored elsewhere). Followers
+  // wait for it without a time limit (the leader may wait for rollouts for hours), polling the
+  // store for the leader's signal and for a rank's failure.
+  std::string broadcast_from_leader(const std::string& message);
+
+  // Stores `what` as this rank's failure for the others to report (never throws).
+  void report_failure(const std::string& what) noexcept;
+
+  // Seconds spent inside collectives so far (waiting for peers included).
+  double comm_seconds() const { return comm_seconds_; }
+
+ private:
+  struct Impl;
+  // Waits for `work`-like completion inside `fn`, adding its time to comm_seconds_ and turning a
+  // broken collective into an Error that names the rank that failed, if one said so.
+  template <typename Fn>
+  void collective(const char* what, Fn&& fn);
+  [[noreturn]] void peer_failed(const char* what, const std::string& detail);
+
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0, world_ = 1;
+  int64_t messages_ = 0;  // broadcast_from_leader calls so far
+  double comm_seconds_ = 0;
+};
+
+}  // namespace trellis::rl
