@@ -4,14 +4,13 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/rank_launcher.h"
 #include "cli/run_flags.h"
 #include "cli/stop_signal.h"
-#include "cli/trainer_ranks.h"
 #include "common/error.h"
 #include "common/run_dir.h"
 #include "pipeline/inference_worker.h"
 #include "pipeline/trainer_service.h"
-#include "rl/trainer_ranks.h"
 
 namespace trellis::cli {
 namespace {
@@ -36,22 +35,13 @@ void add_pipeline_commands(CLI::App& app) {
   add_run_flags(trainer, trainer_flags);
   ranks.add_to(trainer);
   trainer->callback([] {
-    RunFlags with_ranks = trainer_flags;
-    ranks.apply(with_ranks.overrides);
-    const Config config = with_rank_threads(with_ranks.resolve());
     const auto& stop = stop_requested();
-    const model::Compute compute = setup_compute(config);
-    if (is_follower(config)) {  // a rank started by rank 0 (--nproc), or on another machine
-      TrainerRanks follower(config, std::filesystem::current_path());
-      follower.run([&] { rl::run_follower(config, compute, follower.group()); });
-      return;
-    }
-    const auto run_dir = join_run_dir(config);
-    TrainerRanks leader(config, run_dir);
-    leader.run([&] {
-      pipeline::run_trainer_service(config, run_dir, trainer_flags.resume, compute, leader.group(),
-                                    stop);
-    });
+    run_as_trainer_rank(trainer_flags, ranks, join_run_dir,
+                        [&](const Config& config, const model::Compute& compute,
+                            const std::filesystem::path& run_dir, rl::ProcessGroup& group) {
+                          pipeline::run_trainer_service(config, run_dir, trainer_flags.resume,
+                                                        compute, group, stop);
+                        });
   });
 
   auto* infer = app.add_subcommand(

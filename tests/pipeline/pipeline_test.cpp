@@ -161,7 +161,8 @@ fs::path Pipeline::dir_;
 TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
   const fs::path run_dir = dir_ / "short";
   const int steps = 4;
-  const auto r = run_trellis(run_args(run_dir, steps));
+  // The trainer as 2 ranks (docs/distributed.md), as a user with a second core would run it.
+  const auto r = run_trellis(run_args(run_dir, steps) + " --set trainer.nproc=2");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_CONTAINS(r.output, "2 workers");
   EXPECT_CONTAINS(r.output, "1 validator");
@@ -188,6 +189,9 @@ TEST_F(Pipeline, RunTrainsAcrossProcessesAndLeavesTheRunDirectory) {
        {"discovery", "orchestrator", "trainer", "relay-0", "node-0", "node-1", "node-2"})
     EXPECT_TRUE(fs::exists(run_dir / "logs" / (std::string(role) + ".log"))) << role;
   EXPECT_TRUE(fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer" / "index.json"));
+  EXPECT_TRUE(
+      fs::exists(run_dir / "checkpoints" / "step_4" / "optimizer" / "shard-1-of-2.safetensors"));
+  EXPECT_CONTAINS(read_file(run_dir / "rank-1.log"), "rank 1 of 2");
   // Policies went out through SHARDCAST: the origin published every version (signed), the relay
   // pulled them, and the workers fetched verified copies.
   const auto origin = shardcast::read_manifest(run_dir / "shardcast" / "origin");

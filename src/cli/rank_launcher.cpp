@@ -1,13 +1,16 @@
-#include "cli/trainer_ranks.h"
+#include "cli/rank_launcher.h"
 
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #include "common/error.h"
 #include "common/files.h"
 #include "common/logging.h"
+#include "rl/trainer_ranks.h"
+#include "run/child_process.h"
 
 namespace trellis::cli {
 namespace fs = std::filesystem;
@@ -28,26 +31,27 @@ std::vector<std::string> own_argv() {
   return argv;
 }
 
-}  // namespace
+// This process's place among the trainer's ranks.
+class TrainerRanks {
+ public:
+  // Joins the trainer's ranks; a machine's local rank 0 first starts the machine's other ranks,
+  // each logging to `log_dir`/rank-<r>.log.
+  TrainerRanks(const Config& config, const fs::path& log_dir);
+  ~TrainerRanks();  // stops local ranks still running
 
-void RankOverrides::add_to(CLI::App* cmd) {
-  cmd->add_option("--nproc", nproc, "trainer ranks on this machine (overrides trainer.nproc)")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--nnodes", nnodes, "machines the trainer's ranks run on (trainer.nnodes)")
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--node-rank", node_rank,
-                  "this machine's index, 0 = rank 0's (trainer.node_rank)")
-      ->check(CLI::Range(0, 4095));
-  cmd->add_option("--rdzv", rdzv, "HOST:PORT of rank 0's rendezvous store (trainer.rdzv)");
-}
+  rl::ProcessGroup& group() { return *group_; }
 
-void RankOverrides::apply(std::vector<std::string>& overrides) const {
-  if (nproc >= 0) overrides.push_back("trainer.nproc=" + std::to_string(nproc));
-  if (nnodes >= 0) overrides.push_back("trainer.nnodes=" + std::to_string(nnodes));
-  if (node_rank >= 0) overrides.push_back("trainer.node_rank=" + std::to_string(node_rank));
-  if (!rdzv.empty()) overrides.push_back(Config::string_override("trainer.rdzv", rdzv));
-}
+  // Runs this rank's part. A failure is reported to the other ranks before it propagates; on
+  // success, waits for the local ranks started here to finish, and fails if one did.
+  void run(const std::function<void()>& body);
 
+ private:
+  rl::DistributedOptions options_;
+  std::vector<std::unique_ptr<run::ChildProcess>> children_;
+  std::unique_ptr<rl::ProcessGroup> group_;
+};
+
+// True for every rank but rank 0 (which runs the loop and owns the run directory).
 bool is_follower(const Config& config) {
   return config.get<int64_t>("trainer.local_rank") != 0 ||
          config.get<int64_t>("trainer.node_rank") != 0;
@@ -130,6 +134,43 @@ void TrainerRanks::run(const std::function<void()>& body) {
       fail(child->name(), "exited with status {}:\n{}", status, child->log_tail(20));
     }
   }
+}
+
+}  // namespace
+
+void run_as_trainer_rank(const RunFlags& flags, const RankOverrides& ranks,
+                         const std::function<fs::path(const Config&)>& run_dir_of,
+                         const LeadFn& lead) {
+  RunFlags with_ranks = flags;
+  ranks.apply(with_ranks.overrides);
+  const Config config = with_rank_threads(with_ranks.resolve());
+  const model::Compute compute = setup_compute(config);
+  if (is_follower(config)) {  // a rank started by rank 0 (--nproc), or on another machine
+    TrainerRanks follower(config, fs::current_path());
+    follower.run([&] { rl::run_follower(config, compute, follower.group()); });
+    return;
+  }
+  const fs::path run_dir = run_dir_of(config);
+  TrainerRanks leader(config, run_dir);
+  leader.run([&] { lead(config, compute, run_dir, leader.group()); });
+}
+
+void RankOverrides::add_to(CLI::App* cmd) {
+  cmd->add_option("--nproc", nproc, "trainer ranks on this machine (overrides trainer.nproc)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--nnodes", nnodes, "machines the trainer's ranks run on (trainer.nnodes)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--node-rank", node_rank,
+                  "this machine's index, 0 = rank 0's (trainer.node_rank)")
+      ->check(CLI::Range(0, 4095));
+  cmd->add_option("--rdzv", rdzv, "HOST:PORT of rank 0's rendezvous store (trainer.rdzv)");
+}
+
+void RankOverrides::apply(std::vector<std::string>& overrides) const {
+  if (nproc >= 0) overrides.push_back("trainer.nproc=" + std::to_string(nproc));
+  if (nnodes >= 0) overrides.push_back("trainer.nnodes=" + std::to_string(nnodes));
+  if (node_rank >= 0) overrides.push_back("trainer.node_rank=" + std::to_string(node_rank));
+  if (!rdzv.empty()) overrides.push_back(Config::string_override("trainer.rdzv", rdzv));
 }
 
 }  // namespace trellis::cli
