@@ -49,6 +49,7 @@ class TrainerRanks {
   rl::DistributedOptions options_;
   std::vector<std::unique_ptr<run::ChildProcess>> children_;
   std::unique_ptr<rl::ProcessGroup> group_;
+  fs::path store_dir_;  // the FileStore's directory, made here
 };
 
 // True for every rank but rank 0 (which runs the loop and owns the run directory).
@@ -82,16 +83,23 @@ TrainerRanks::TrainerRanks(const Config& config, const fs::path& log_dir)
          "several ranks on CUDA need NCCL, which this build does not have yet: "
          "run one rank per GPU machine, or train on CPU");
   }
-  const auto start_local_ranks = [&](int port) {
-    if (options_.local_rank != 0) return;
+  if (options_.local_rank == 0) {
+    if (options_.nnodes == 1 && options_.store_file.empty() && options_.rdzv_port == 0) {
+      // One machine: the ranks meet in a FileStore only this user can open.
+      std::string dir = (fs::temp_directory_path() / "trellis-ranks-XXXXXX").string();
+      if (!::mkdtemp(dir.data())) fail(dir, "cannot create the ranks' store directory");
+      store_dir_ = dir;
+      options_.store_file = (store_dir_ / "store").string();
+    }
+    const std::string rdzv = options_.store_file.empty()
+                                 ? options_.rdzv_host + ":" + std::to_string(options_.rdzv_port)
+                                 : "file:" + options_.store_file;
     const auto argv = own_argv();
     for (int i = 1; i < options_.nproc; ++i) {
       const int rank = options_.node_rank * options_.nproc + i;
       auto child_argv = argv;
-      for (const std::string& set :
-           {"trainer.local_rank=" + std::to_string(i),
-            Config::string_override("trainer.rdzv",
-                                    options_.rdzv_host + ":" + std::to_string(port))}) {
+      for (const std::string& set : {"trainer.local_rank=" + std::to_string(i),
+                                     Config::string_override("trainer.rdzv", rdzv)}) {
         child_argv.push_back("--set");
         child_argv.push_back(set);
       }
@@ -107,14 +115,17 @@ TrainerRanks::TrainerRanks(const Config& config, const fs::path& log_dir)
                 options_.node_rank * options_.nproc + options_.nproc - 1, options_.world(),
                 log_dir.string());
     }
-  };
-  group_ = std::make_unique<rl::ProcessGroup>(options_, start_local_ranks);
+  }
+  group_ = std::make_unique<rl::ProcessGroup>(options_);
 }
 
 TrainerRanks::~TrainerRanks() {
   for (auto& child : children_) {
     if (child->running()) child->stop(5);
   }
+  group_.reset();
+  std::error_code ec;
+  if (!store_dir_.empty()) fs::remove_all(store_dir_, ec);
 }
 
 void TrainerRanks::run(const std::function<void()>& body) {

@@ -60,7 +60,7 @@ keep_checkpoints = 3    # newest checkpoints kept in <run>/checkpoints; 0 = all
 nproc = 1               # trainer ranks on this machine (--nproc); > 1 shards the optimizer (ZeRO-2) over c10d/Gloo
 nnodes = 1              # machines the trainer's ranks span (--nnodes); each starts `trellis trainer --node-rank K`
 node_rank = 0           # this machine's index (--node-rank); machine 0 holds rank 0, the leader
-rdzv = ""               # HOST:PORT of rank 0's rendezvous store (--rdzv); "" = this machine, a free port
+rdzv = ""               # HOST:PORT of rank 0's rendezvous store (--rdzv; a private network); "" = one machine, a private file
 local_rank = 0          # set by the launcher for the ranks it starts; leave at 0
 collective_timeout_s = 900  # the longest a collective waits for a stuck rank before failing the run
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -70,7 +71,11 @@ DistributedOptions DistributedOptions::from_config(const Config& c) {
   o.timeout_s = c.get<double>("trainer.collective_timeout_s");
   if (!(o.timeout_s > 0)) fail("trainer.collective_timeout_s", "must be positive");
   const std::string rdzv = c.get<std::string>("trainer.rdzv");
-  if (!rdzv.empty()) {
+  if (rdzv.starts_with("file:")) {
+    o.store_file = rdzv.substr(5);
+    if (o.store_file.empty() || o.nnodes > 1)
+      fail("trainer.rdzv", "'{}': file:PATH names a store file for ranks on one machine", rdzv);
+  } else if (!rdzv.empty()) {
     const auto colon = rdzv.rfind(':');
     int port = 0;
     const char* end = rdzv.data() + rdzv.size();
@@ -97,21 +102,28 @@ struct ProcessGroup::Impl {
 
 ProcessGroup::ProcessGroup() = default;
 
-ProcessGroup::ProcessGroup(const DistributedOptions& o, const std::function<void(int)>& joined)
+ProcessGroup::ProcessGroup(const DistributedOptions& o)
     : impl_(std::make_unique<Impl>()), rank_(o.rank()), world_(o.world()) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-  const std::string where =
-      fmt::format("rank {} of {}, rendezvous {}:{}", rank_, world_, o.rdzv_host, o.rdzv_port);
+  const std::string where = fmt::format(
+      "rank {} of {}, rendezvous {}", rank_, world_,
+      o.store_file.empty() ? fmt::format("{}:{}", o.rdzv_host, o.rdzv_port) : o.store_file);
+  if (o.store_file.empty() && o.rdzv_port == 0) fail(where, "no rendezvous to meet at");
   try {
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(o.rdzv_port);
-    so.isServer = rank_ == 0;
-    so.numWorkers = world_;
-    so.waitWorkers = false;  // the Gloo rendezvous below waits for every rank
-    so.timeout = timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(o.rdzv_host, so);
-    impl_->store = c10::make_intrusive<c10d::PrefixStore>("trellis", tcp);
-    if (joined) joined(tcp->getPort());
+    c10::intrusive_ptr<c10d::Store> store;
+    if (!o.store_file.empty()) {
+      store = c10::make_intrusive<c10d::FileStore>(o.store_file, world_);
+    } else {
+      c10d::TCPStoreOptions so;
+      so.port = static_cast<uint16_t>(o.rdzv_port);
+      so.isServer = rank_ == 0;
+      so.numWorkers = world_;
+      so.waitWorkers = false;  // the Gloo rendezvous below waits for every rank
+      so.timeout = timeout;
+      store = c10::make_intrusive<c10d::TCPStore>(o.rdzv_host, so);
+    }
+    store->setTimeout(timeout);
+    impl_->store = c10::make_intrusive<c10d::PrefixStore>("trellis", store);
     auto options = c10d::ProcessGroupGloo::Options::create();
     // Loopback on one machine; across machines, the address this machine reaches the store from.
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(

@@ -2,9 +2,12 @@
 // (Gloo over a TCPStore rendezvous; DESIGN.md: never a collective of our own).
 //
 // A trainer of N ranks runs `nproc` processes on each of `nnodes` machines; rank 0 (machine 0,
-// local rank 0) hosts the rendezvous store at rdzv_host:rdzv_port and is the leader: it alone
-// talks to the orchestrator and the run directory, and tells the others what to do
-// (rl/trainer_ranks.h). A world of one rank needs no rendezvous: every collective is the identity.
+// local rank 0) is the leader: it alone talks to the orchestrator and the run directory, and
+// tells the others what to do (rl/trainer_ranks.h). The ranks meet through a store: on one
+// machine a FileStore in a private directory (no port for strangers to reach), across machines
+// rank 0's TCPStore at rdzv_host:rdzv_port, which like any c10d store has no authentication and
+// belongs on a private network. A world of one rank needs no rendezvous: every collective is the
+// identity.
 //
 // Failures: a rank that fails stores its error in the rendezvous store before it exits; the others
 // see the broken collective (Gloo reports a closed peer at once) and fail with that rank's error.
@@ -12,7 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,15 +31,16 @@ struct DistributedOptions {
   int nnodes = 1;     // machines
   int node_rank = 0;  // this machine's index
   int local_rank = 0;
-  std::string rdzv_host = "127.0.0.1";  // where rank 0's store listens
+  std::string rdzv_host = "127.0.0.1";  // where rank 0's TCPStore listens
   int rdzv_port = 0;
+  std::string store_file;  // a FileStore instead (ranks on one machine)
   double timeout_s = 900;  // the longest one collective waits for a peer
 
   int world() const { return nproc * nnodes; }
   int rank() const { return node_rank * nproc + local_rank; }
 
-  // trainer.nproc, nnodes, node_rank, rdzv ("HOST:PORT"; "" = this machine, a free port) and
-  // collective_timeout_s; Error naming the key when a value is unusable.
+  // trainer.nproc, nnodes, node_rank, rdzv ("HOST:PORT", "file:PATH" on one machine, "" = chosen
+  // by the launcher) and collective_timeout_s; Error naming the key when a value is unusable.
   static DistributedOptions from_config(const Config& config);
 };
 
@@ -45,11 +48,9 @@ class ProcessGroup {
  public:
   // One rank: no store, no peers.
   ProcessGroup();
-  // Joins the rendezvous (rank 0 creates it, on a free port when rdzv_port is 0) and builds the
-  // Gloo group over it. `joined` runs in between with the store's port: the place to start this
-  // machine's other ranks, which the group's construction waits for.
-  explicit ProcessGroup(const DistributedOptions& options,
-                        const std::function<void(int store_port)>& joined = {});
+  // Joins the rendezvous (rank 0 creates a TCPStore) and builds the Gloo group over it, which
+  // waits for every rank.
+  explicit ProcessGroup(const DistributedOptions& options);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
