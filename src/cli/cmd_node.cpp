@@ -25,7 +25,7 @@ void add_node_command(CLI::App& app) {
     const Config config = flags.resolve();
     const auto run_dir = join_run_dir(config);
     node::AgentOptions o = node::AgentOptions::from_config(config, run_dir);
-    o.trellis_binary = std::filesystem::read_symlink("/proc/self/exe");
+    o.trellis_binary = self_binary();
     o.software_version = TRELLIS_VERSION;
     node::run_agent(o, stop);
   });

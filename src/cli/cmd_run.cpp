@@ -17,8 +17,6 @@ namespace trellis::cli {
 namespace fs = std::filesystem;
 namespace {
 
-fs::path self_binary() { return fs::read_symlink("/proc/self/exe"); }
-
 // Runs every role; exits 130 after Ctrl-C (saying how to continue), Error when the trainer failed.
 void launch(const Config& config, bool resume) {
   const auto& stop = stop_requested();

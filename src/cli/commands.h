@@ -2,6 +2,7 @@
 // bodies stay thin and call into the libraries under src/.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -42,5 +43,9 @@ void add_compute_flags(CLI::App* cmd, ComputeFlags& flags);
 void add_sampling_flags(CLI::App* cmd, engine::SamplingParams& sampling);
 // Applies the thread count and resolves the device and dtype (Error if unavailable).
 model::Compute setup_compute(const ComputeFlags& flags);
+
+// This program's own path, symlinks resolved: what the commands that start more of themselves
+// (run, node, the trainer's ranks) execute.
+std::filesystem::path self_binary();
 
 }  // namespace trellis::cli

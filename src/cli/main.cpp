@@ -7,6 +7,12 @@
 #include "common/error.h"
 #include "common/logging.h"
 
+namespace trellis::cli {
+
+std::filesystem::path self_binary() { return std::filesystem::read_symlink("/proc/self/exe"); }
+
+}  // namespace trellis::cli
+
 int main(int argc, char** argv) {
   CLI::App app{
       "Trellis: decentralized, asynchronous RL post-training of language models.\n"

@@ -6,6 +6,7 @@
 #include <memory>
 #include <thread>
 
+#include "cli/commands.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/logging.h"
@@ -27,7 +28,7 @@ std::vector<std::string> own_argv() {
       start = i + 1;
     }
   }
-  if (!argv.empty()) argv[0] = fs::read_symlink("/proc/self/exe").string();
+  if (!argv.empty()) argv[0] = self_binary().string();
   return argv;
 }
 
@@ -36,7 +37,7 @@ class TrainerRanks {
  public:
   // Joins the trainer's ranks; a machine's local rank 0 first starts the machine's other ranks,
   // each logging to `log_dir`/rank-<r>.log.
-  TrainerRanks(const Config& config, const fs::path& log_dir);
+  TrainerRanks(rl::DistributedOptions options, const Config& config, const fs::path& log_dir);
   ~TrainerRanks();  // stops local ranks still running
 
   rl::ProcessGroup& group() { return *group_; }
@@ -52,14 +53,8 @@ class TrainerRanks {
   fs::path store_dir_;  // the FileStore's directory, made here
 };
 
-// True for every rank but rank 0 (which runs the loop and owns the run directory).
-bool is_follower(const Config& config) {
-  return config.get<int64_t>("trainer.local_rank") != 0 ||
-         config.get<int64_t>("trainer.node_rank") != 0;
-}
-
-Config with_rank_threads(Config config) {
-  const int64_t nproc = config.get_at_least<int64_t>("trainer.nproc", 1);
+// `config` with compute.threads = 0 (every core) shared out among this machine's `nproc` ranks.
+Config with_rank_threads(Config config, int nproc) {
   if (nproc > 1 && config.get<int64_t>("compute.threads") == 0) {
     const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
     config.apply_override("compute.threads=" + std::to_string(std::max<int64_t>(1, cores / nproc)));
@@ -67,13 +62,9 @@ Config with_rank_threads(Config config) {
   return config;
 }
 
-TrainerRanks::TrainerRanks(const Config& config, const fs::path& log_dir)
-    : options_(rl::DistributedOptions::from_config(config)) {
-  options_.local_rank = static_cast<int>(config.get_at_least<int64_t>("trainer.local_rank", 0));
-  if (options_.local_rank >= options_.nproc) {
-    fail("trainer.local_rank", "must be below trainer.nproc ({}), got {}", options_.nproc,
-         options_.local_rank);
-  }
+TrainerRanks::TrainerRanks(rl::DistributedOptions options, const Config& config,
+                           const fs::path& log_dir)
+    : options_(std::move(options)) {
   if (options_.world() == 1) {
     group_ = std::make_unique<rl::ProcessGroup>();
     return;
@@ -154,15 +145,17 @@ void run_as_trainer_rank(const RunFlags& flags, const RankOverrides& ranks,
                          const LeadFn& lead) {
   RunFlags with_ranks = flags;
   ranks.apply(with_ranks.overrides);
-  const Config config = with_rank_threads(with_ranks.resolve());
+  Config resolved = with_ranks.resolve();
+  const auto options = rl::DistributedOptions::from_config(resolved);
+  const Config config = with_rank_threads(std::move(resolved), options.nproc);
   const model::Compute compute = setup_compute(config);
-  if (is_follower(config)) {  // a rank started by rank 0 (--nproc), or on another machine
-    TrainerRanks follower(config, fs::current_path());
+  if (options.rank() != 0) {  // a rank started by rank 0 (--nproc), or on another machine
+    TrainerRanks follower(options, config, fs::current_path());
     follower.run([&] { rl::run_follower(config, compute, follower.group()); });
     return;
   }
   const fs::path run_dir = run_dir_of(config);
-  TrainerRanks leader(config, run_dir);
+  TrainerRanks leader(options, config, run_dir);
   leader.run([&] { lead(config, compute, run_dir, leader.group()); });
 }
 

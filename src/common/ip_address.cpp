@@ -2,12 +2,30 @@
 
 #include <arpa/inet.h>
 
+#include <charconv>
+
+#include "common/error.h"
+
 namespace trellis {
 
 bool is_ip_address(const std::string& text) {
   in_addr v4{};
   in6_addr v6{};
   return inet_pton(AF_INET, text.c_str(), &v4) == 1 || inet_pton(AF_INET6, text.c_str(), &v6) == 1;
+}
+
+HostPort parse_host_port(const std::string& text, const std::string& what) {
+  const auto bad = [&](const char* why) {
+    fail(what, "'{}' is not HOST:PORT ({})", text.substr(0, 100), why);
+  };
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) bad("no host or no port");
+  HostPort hp{text.substr(0, colon), 0};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data() + colon + 1, end, hp.port);
+  if (ec != std::errc() || ptr != end || hp.port < 1 || hp.port > 65535)
+    bad("the port is not a number from 1 to 65535");
+  return hp;
 }
 
 }  // namespace trellis

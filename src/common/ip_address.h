@@ -1,4 +1,5 @@
-// IP addresses as text, for the lists that name peers (relay allowlists, trusted proxies).
+// Network addresses as text: IP addresses, for the lists that name peers (relay allowlists,
+// trusted proxies), and HOST:PORT, for the servers a config names.
 #pragma once
 
 #include <string>
@@ -8,5 +9,14 @@ namespace trellis {
 // Whether `text` is one IPv4 address in dotted-quad form or one IPv6 address (no network, no
 // host name, nothing else).
 bool is_ip_address(const std::string& text);
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// `text` split at its last ':' (so "[::1]:80" works): Error naming `what` and saying why unless
+// there is a host and the port is a number from 1 to 65535.
+HostPort parse_host_port(const std::string& text, const std::string& what);
 
 }  // namespace trellis

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/hashing.h"
+#include "common/ip_address.h"
 
 namespace trellis::discovery {
 namespace {
@@ -72,17 +73,9 @@ std::string text_of(const redisReply* r) {
 RedisStore::RedisStore(const std::string& address, const std::string& prefix,
                        const std::string& name, StoreLimits limits)
     : address_(address), prefix_(prefix), limits_(limits) {
-  const auto colon = address.rfind(':');
-  int port = 0;
-  try {
-    port = colon == std::string::npos ? 0 : std::stoi(address.substr(colon + 1));
-  } catch (const std::exception&) {
-  }
-  if (port <= 0 || port > 65535) {
-    fail("discovery.redis", "'{}' is not HOST:PORT (e.g. 127.0.0.1:6379)", address);
-  }
+  const HostPort server = parse_host_port(address, "discovery.redis");
   const timeval timeout{5, 0};
-  ctx_ = redisConnectWithTimeout(address.substr(0, colon).c_str(), port, timeout);
+  ctx_ = redisConnectWithTimeout(server.host.c_str(), server.port, timeout);
   if (ctx_ == nullptr || ctx_->err) {
     const std::string why = ctx_ ? ctx_->errstr : "out of memory";
     redisFree(ctx_);

@@ -4,30 +4,24 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/ip_address.h"
 #include "common/nginx_prelude.h"
 
 namespace trellis::orchestrator {
 namespace fs = std::filesystem;
 namespace {
 
-// Error naming `what` unless `address` is HOST:PORT with a port in [1, 65535] and a host of
-// letters, digits, '.', '-', ':' (IPv6 in brackets) only: it goes into nginx.conf verbatim.
+// Error naming `what` unless `address` is HOST:PORT (parse_host_port) with a host of letters,
+// digits, '.', '-', ':' (IPv6 in brackets) only: it goes into nginx.conf verbatim.
 void check_host_port(const std::string& address, const std::string& what) {
-  const size_t colon = address.rfind(':');
-  const auto bad = [&](const char* why) {
-    fail(what, "'{}' is not HOST:PORT ({})", address.substr(0, 100), why);
-  };
-  if (colon == std::string::npos || colon == 0) bad("no host or no port");
-  for (const char c : address.substr(0, colon)) {
+  for (const char c : parse_host_port(address, what).host) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != ':' &&
         c != '[' && c != ']')
-      bad("the host has a character other than letters, digits, '.', '-', ':', '[' and ']'");
+      fail(what,
+           "'{}' is not HOST:PORT (the host has a character other than letters, digits, "
+           "'.', '-', ':', '[' and ']')",
+           address.substr(0, 100));
   }
-  const std::string port = address.substr(colon + 1);
-  if (port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) < 1 ||
-      std::stoi(port) > 65535)
-    bad("the port is not a number from 1 to 65535");
 }
 
 }  // namespace

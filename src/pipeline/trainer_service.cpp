@@ -57,15 +57,9 @@ class TrainerService {
       weights = *checkpoint;
     }
     model_ = model::load_transformer(weights, compute);
-    rl::broadcast_weights(group, *model_);
     const auto prompting = model::Prompting::load(base_model_, model_->config());
-    rl::TrainerConfig tc = rl::TrainerConfig::from_config(config);
-    tc.vocab_limit = prompting.tok.vocab_size();
-    std::unique_ptr<model::Transformer> reference;
-    if (tc.loss.kl_coef > 0) reference = model::load_transformer(base_model_, compute);
-    model_->set_requires_grad(true);
-    trainer_ = std::make_unique<rl::Trainer>(*model_, tc, std::move(reference),
-                                             model::measure_matmul_flops(compute), &group);
+    trainer_ = rl::make_trainer(config, *model_, prompting.tok.vocab_size(), compute,
+                                model::measure_matmul_flops(compute), &group);
     ranks_ = std::make_unique<rl::RankLeader>(group, *trainer_);
     if (checkpoint) {
       start_step_ = ranks_->resume(*checkpoint).at("step");

@@ -56,23 +56,19 @@ Optimizer::Optimizer(std::vector<torch::Tensor> parameters, OptimizerConfig conf
     total_ += p.numel();
   }
   shard_ = (total_ + world_ - 1) / world_;
-  begin_ = std::min(total_, rank_ * shard_);
-  end_ = std::min(total_, begin_ + shard_);
+  std::tie(begin_, end_) = slice_of(rank_);
   const int64_t n = end_ - begin_;
   exp_avg_ = torch::zeros({n}, torch::kFloat32);
   exp_avg_sq_ = torch::zeros({n}, torch::kFloat32);
   torch::NoGradGuard no_grad;
   if (world_ > 1) {
-    // This rank's own fp32 copy of its slice: one segment.
-    masters_ = torch::empty({n}, torch::kFloat32);
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      const int64_t lo = std::max(begin_, offsets_[i]);
-      const int64_t hi = std::min(end_, offsets_[i] + parameters_[i].numel());
-      if (lo < hi) {
-        masters_.narrow(0, lo - begin_, hi - lo)
-            .copy_(parameters_[i].detach().view({-1}).narrow(0, lo - offsets_[i], hi - lo));
-      }
+    // Every rank starts from rank 0's weights (a checkpoint may have given rank 0 others), and
+    // keeps its own fp32 copy of its slice: one segment.
+    for (auto& p : parameters_) {
+      torch::Tensor t = p.detach();
+      group_->broadcast(t, 0);
     }
+    masters_ = flatten(/*grads=*/false).narrow(0, begin_, n).clone();
     segments_.push_back({masters_, 0});
   } else {
     // One rank: the parameters are the masters (views share their version counter, so the
@@ -89,6 +85,20 @@ double Optimizer::lr_at(int64_t step) const {
   return config_.lr * static_cast<double>(step + 1) / static_cast<double>(config_.warmup_steps);
 }
 
+std::pair<int64_t, int64_t> Optimizer::slice_of(int rank) const {
+  const int64_t begin = std::min(total_, rank * shard_);
+  return {begin, std::min(total_, begin + shard_)};
+}
+
+torch::Tensor Optimizer::flatten(bool grads) const {
+  torch::Tensor flat = torch::zeros({shard_ * world_}, torch::kFloat32);
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const torch::Tensor& t = grads ? parameters_[i].grad() : parameters_[i];
+    if (t.defined()) flat.narrow(0, offsets_[i], t.numel()).copy_(t.detach().reshape({-1}));
+  }
+  return flat;
+}
+
 int64_t Optimizer::state_bytes() const {
   const int64_t masters = world_ > 1 ? masters_.numel() : total_;
   return 4 * (masters + exp_avg_.numel() + exp_avg_sq_.numel());
@@ -101,15 +111,8 @@ Optimizer::StepInfo Optimizer::step() {
   const int64_t n = end_ - begin_;
 
   // This rank's slice of the gradient, summed over the ranks.
-  torch::Tensor grad;
-  {
-    torch::Tensor flat = torch::zeros({shard_ * world_}, torch::kFloat32);
-    for (size_t i = 0; i < parameters_.size(); ++i) {
-      const auto& g = parameters_[i].grad();
-      if (g.defined()) flat.narrow(0, offsets_[i], g.numel()).copy_(g.reshape({-1}));
-    }
-    grad = world_ > 1 ? group_->reduce_scatter_sum(flat).narrow(0, 0, n) : flat.narrow(0, 0, n);
-  }
+  const torch::Tensor flat = flatten(/*grads=*/true);
+  torch::Tensor grad = (world_ > 1 ? group_->reduce_scatter_sum(flat) : flat).narrow(0, 0, n);
   torch::Tensor sum_sq = torch::sum(grad.square(), torch::kFloat64).reshape({1});
   if (group_) group_->all_reduce_sum(sum_sq);
   info.grad_norm = std::sqrt(sum_sq.item<double>());
@@ -154,7 +157,6 @@ Optimizer::StepInfo Optimizer::step() {
 }
 
 void Optimizer::save(const fs::path& dir) {
-  torch::Tensor counts = torch::tensor({steps_, adam_steps_}, torch::kInt64);
   if (rank_ != 0) {
     group_->send(exp_avg_, 0);
     group_->send(exp_avg_sq_, 0);
@@ -164,7 +166,7 @@ void Optimizer::save(const fs::path& dir) {
   fs::create_directories(out);
   Json shards = Json::array();
   for (int r = 0; r < world_; ++r) {
-    const int64_t lo = std::min(total_, r * shard_), hi = std::min(total_, lo + shard_);
+    const auto [lo, hi] = slice_of(r);
     torch::Tensor m = exp_avg_, v = exp_avg_sq_;
     if (r != 0) {
       m = torch::empty({hi - lo}, torch::kFloat32);
@@ -258,7 +260,7 @@ void Optimizer::load(const fs::path& dir) {
     counts[0] = steps;
     counts[1] = adam_steps;
     for (int r = 1; r < world_; ++r) {
-      const int64_t lo = std::min(total_, r * shard_), hi = std::min(total_, lo + shard_);
+      const auto [lo, hi] = slice_of(r);
       group_->send(m.narrow(0, lo, hi - lo), r);
       group_->send(v.narrow(0, lo, hi - lo), r);
     }

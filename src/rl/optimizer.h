@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -44,8 +45,8 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  // `group` (null = one rank) must outlive the optimizer; every rank passes the same parameters,
-  // holding the same values.
+  // `group` (null = one rank) must outlive the optimizer. Collective with several ranks: every
+  // rank passes the same parameters, and they take rank 0's values.
   Optimizer(std::vector<torch::Tensor> parameters, OptimizerConfig config,
             ProcessGroup* group = nullptr);
   ~Optimizer();
@@ -78,6 +79,10 @@ class Optimizer {
     torch::Tensor master;  // fp32 view of `length` elements
     int64_t offset = 0;    // within this rank's slice
   };
+  // Rank r's slice [begin, end) of the flat vector.
+  std::pair<int64_t, int64_t> slice_of(int rank) const;
+  // The parameters (or their gradients, zero where undefined) end to end, padded to world · S.
+  torch::Tensor flatten(bool grads) const;
   void load_moments(const std::filesystem::path& dir, torch::Tensor& m, torch::Tensor& v,
                     int64_t& steps, int64_t& adam_steps) const;
 

@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -21,6 +20,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/ip_address.h"
 
 namespace trellis::rl {
 namespace {
@@ -68,6 +68,10 @@ DistributedOptions DistributedOptions::from_config(const Config& c) {
   if (o.node_rank >= o.nnodes) {
     fail("trainer.node_rank", "must be below trainer.nnodes ({}), got {}", o.nnodes, o.node_rank);
   }
+  o.local_rank = static_cast<int>(c.get_at_least<int64_t>("trainer.local_rank", 0));
+  if (o.local_rank >= o.nproc) {
+    fail("trainer.local_rank", "must be below trainer.nproc ({}), got {}", o.nproc, o.local_rank);
+  }
   o.timeout_s = c.get<double>("trainer.collective_timeout_s");
   if (!(o.timeout_s > 0)) fail("trainer.collective_timeout_s", "must be positive");
   const std::string rdzv = c.get<std::string>("trainer.rdzv");
@@ -76,16 +80,9 @@ DistributedOptions DistributedOptions::from_config(const Config& c) {
     if (o.store_file.empty() || o.nnodes > 1)
       fail("trainer.rdzv", "'{}': file:PATH names a store file for ranks on one machine", rdzv);
   } else if (!rdzv.empty()) {
-    const auto colon = rdzv.rfind(':');
-    int port = 0;
-    const char* end = rdzv.data() + rdzv.size();
-    if (colon == std::string::npos || colon == 0 ||
-        std::from_chars(rdzv.data() + colon + 1, end, port).ptr != end || port <= 0 ||
-        port > 65535) {
-      fail("trainer.rdzv", "'{}' is not HOST:PORT", rdzv);
-    }
-    o.rdzv_host = rdzv.substr(0, colon);
-    o.rdzv_port = port;
+    const HostPort store = parse_host_port(rdzv, "trainer.rdzv");
+    o.rdzv_host = store.host;
+    o.rdzv_port = store.port;
   } else if (o.nnodes > 1) {
     fail("trainer.rdzv",
          "ranks on {} machines need a rendezvous: set --rdzv HOST:PORT (rank 0's "

@@ -39,8 +39,9 @@ struct DistributedOptions {
   int world() const { return nproc * nnodes; }
   int rank() const { return node_rank * nproc + local_rank; }
 
-  // trainer.nproc, nnodes, node_rank, rdzv ("HOST:PORT", "file:PATH" on one machine, "" = chosen
-  // by the launcher) and collective_timeout_s; Error naming the key when a value is unusable.
+  // trainer.nproc, nnodes, node_rank, local_rank, rdzv ("HOST:PORT", "file:PATH" on one machine, ""
+  // = chosen by the launcher) and collective_timeout_s; Error naming the key when a value is
+  // unusable.
   static DistributedOptions from_config(const Config& config);
 };
 

@@ -67,7 +67,6 @@ class RlLoop {
   RlLoop(const Config& config, const fs::path& run_dir, bool resume, const model::Compute& compute,
          ProcessGroup& group)
       : run_dir_(run_dir), cfg_(RlLoopConfig::from_config(config)) {
-    const TrainerConfig trainer_config = TrainerConfig::from_config(config);
     environment_ = env::make_environment(config);
     tasks_ = std::make_unique<TaskSource>(*environment_, config,
                                           derived_seed(cfg_.seed, 0, 0, kTaskSeeds));
@@ -85,17 +84,10 @@ class RlLoop {
       weights = *checkpoint;
     }
     model_ = model::load_transformer(weights, compute);
-    broadcast_weights(group, *model_);
     prompting_ =
         std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
-
-    std::unique_ptr<model::Transformer> reference;
-    if (trainer_config.loss.kl_coef > 0) reference = model::load_transformer(base_model_, compute);
-    TrainerConfig tc = trainer_config;
-    tc.vocab_limit = prompting_->tok.vocab_size();
-    model_->set_requires_grad(true);
-    trainer_ = std::make_unique<Trainer>(*model_, tc, std::move(reference),
-                                         model::measure_matmul_flops(compute), &group);
+    trainer_ = make_trainer(config, *model_, prompting_->tok.vocab_size(), compute,
+                            model::measure_matmul_flops(compute), &group);
     ranks_ = std::make_unique<RankLeader>(group, *trainer_);
 
     if (checkpoint) {

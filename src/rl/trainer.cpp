@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "model/checkpoint.h"
 #include "model/flops.h"
 #include "rl/packing.h"
 
@@ -202,20 +203,18 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
   double forward_backward_min = forward_backward_seconds,
          forward_backward_max = forward_backward_seconds;
   if (group_) {
-    const std::vector<double> sums{loss_sum,          tokens,           sum_sq,
-                                   stats.tokens,      stats.clip_low,   stats.clip_high,
-                                   stats.clip_delta,  stats.masked_low, stats.masked_high,
-                                   stats.mismatch_k3, stats.entropy,    stats.kl};
-    torch::Tensor t = torch::zeros({static_cast<int64_t>(sums.size()) + world}, torch::kFloat64);
-    for (size_t i = 0; i < sums.size(); ++i) t[static_cast<int64_t>(i)] = sums[i];
-    t[static_cast<int64_t>(sums.size()) + rank] = forward_backward_seconds;
+    double* const sums[] = {&loss_sum,          &tokens,           &sum_sq,
+                            &stats.tokens,      &stats.clip_low,   &stats.clip_high,
+                            &stats.clip_delta,  &stats.masked_low, &stats.masked_high,
+                            &stats.mismatch_k3, &stats.entropy,    &stats.kl};
+    const int64_t k = std::size(sums);
+    torch::Tensor t = torch::zeros({k + world}, torch::kFloat64);
+    for (int64_t i = 0; i < k; ++i) t[i] = *sums[i];
+    t[k + rank] = forward_backward_seconds;
     group_->all_reduce_sum(t);
-    const auto r = t.accessor<double, 1>();
-    loss_sum = r[0], tokens = r[1], sum_sq = r[2];
-    stats = {r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11]};
-    const auto per_rank = t.narrow(0, static_cast<int64_t>(sums.size()), world);
-    forward_backward_min = per_rank.min().item<double>();
-    forward_backward_max = per_rank.max().item<double>();
+    for (int64_t i = 0; i < k; ++i) *sums[i] = t[i].item<double>();
+    forward_backward_min = t.narrow(0, k, world).min().item<double>();
+    forward_backward_max = t.narrow(0, k, world).max().item<double>();
   }
   const double seconds = now_s() - t0;
 
@@ -250,6 +249,18 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
     m.set("throughput/mfu", flops / seconds / (peak_flops_ * world));
   }
   return m;
+}
+
+std::unique_ptr<Trainer> make_trainer(const Config& config, model::Transformer& policy,
+                                      int64_t vocab_limit, const model::Compute& compute,
+                                      double peak_flops, ProcessGroup* group) {
+  TrainerConfig tc = TrainerConfig::from_config(config);
+  tc.vocab_limit = vocab_limit;
+  std::unique_ptr<model::Transformer> reference;
+  if (tc.loss.kl_coef > 0)
+    reference = model::load_transformer(config.get<std::string>("model.path"), compute);
+  policy.set_requires_grad(true);
+  return std::make_unique<Trainer>(policy, tc, std::move(reference), peak_flops, group);
 }
 
 }  // namespace trellis::rl

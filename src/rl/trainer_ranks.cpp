@@ -8,15 +8,6 @@
 
 namespace trellis::rl {
 
-void broadcast_weights(ProcessGroup& group, model::Transformer& model) {
-  if (group.world() == 1) return;
-  torch::NoGradGuard no_grad;
-  for (const auto& [name, p] : model.named_parameters()) {
-    torch::Tensor t = p.detach();
-    group.broadcast(t, 0);
-  }
-}
-
 void RankLeader::send(const Json& message) {
   if (group_.world() > 1) group_.broadcast_from_leader(message.dump());
 }
@@ -46,27 +37,21 @@ void run_follower(const Config& config, const model::Compute& compute, ProcessGr
   const std::string base = config.get<std::string>("model.path");
   if (base.empty()) fail("model.path", "no model: set [model] path (a Hugging Face directory)");
   auto model = model::load_transformer(base, compute);
-  broadcast_weights(group, *model);
   const auto prompting = model::Prompting::load(base, model->config());
-  TrainerConfig tc = TrainerConfig::from_config(config);
-  tc.vocab_limit = prompting.tok.vocab_size();
-  std::unique_ptr<model::Transformer> reference;
-  if (tc.loss.kl_coef > 0) reference = model::load_transformer(base, compute);
-  model->set_requires_grad(true);
-  Trainer trainer(*model, tc, std::move(reference), 0, &group);
+  const auto trainer = make_trainer(config, *model, prompting.tok.vocab_size(), compute, 0, &group);
   log::info("rank {} of {}: following rank 0", group.rank(), group.world());
   for (;;) {
     const Json message = Json::parse(group.broadcast_from_leader(""));
     const std::string op = message.at("op").get<std::string>();
     if (op == "stop") return;
     if (op == "resume") {
-      trainer.optimizer().load({});
+      trainer->optimizer().load({});
     } else if (op == "checkpoint") {
-      trainer.optimizer().save({});
+      trainer->optimizer().save({});
     } else if (op == "step") {
       std::vector<Rollout> batch;
       for (const auto& r : message.at("batch")) batch.push_back(rollout_from_json(r));
-      trainer.step(batch);
+      trainer->step(batch);
     } else {
       fail("rank 0", "unknown instruction '{}'", op);
     }

@@ -18,9 +18,6 @@
 
 namespace trellis::rl {
 
-// Collective: every rank's copy of `model` becomes rank 0's (which may come from a checkpoint).
-void broadcast_weights(ProcessGroup& group, model::Transformer& model);
-
 class RankLeader {
  public:
   RankLeader(ProcessGroup& group, Trainer& trainer) : group_(group), trainer_(trainer) {}
