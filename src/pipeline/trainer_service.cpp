@@ -58,8 +58,9 @@ class TrainerService {
     }
     model_ = model::load_transformer(weights, compute);
     const auto prompting = model::Prompting::load(base_model_, model_->config());
-    trainer_ = rl::make_trainer(config, *model_, prompting.tok.vocab_size(), compute,
-                                model::measure_matmul_flops(compute), &group);
+    trainer_ = rl::make_trainer(rl::TrainerConfig::from_config(config), prompting.tok.vocab_size(),
+                                *model_, base_model_, compute, model::measure_matmul_flops(compute),
+                                &group);
     ranks_ = std::make_unique<rl::RankLeader>(group, *trainer_);
     if (checkpoint) {
       start_step_ = ranks_->resume(*checkpoint).at("step");

@@ -67,6 +67,7 @@ class RlLoop {
   RlLoop(const Config& config, const fs::path& run_dir, bool resume, const model::Compute& compute,
          ProcessGroup& group)
       : run_dir_(run_dir), cfg_(RlLoopConfig::from_config(config)) {
+    const TrainerConfig trainer_config = TrainerConfig::from_config(config);  // before any loading
     environment_ = env::make_environment(config);
     tasks_ = std::make_unique<TaskSource>(*environment_, config,
                                           derived_seed(cfg_.seed, 0, 0, kTaskSeeds));
@@ -86,8 +87,8 @@ class RlLoop {
     model_ = model::load_transformer(weights, compute);
     prompting_ =
         std::make_unique<model::Prompting>(model::Prompting::load(base_model_, model_->config()));
-    trainer_ = make_trainer(config, *model_, prompting_->tok.vocab_size(), compute,
-                            model::measure_matmul_flops(compute), &group);
+    trainer_ = make_trainer(trainer_config, prompting_->tok.vocab_size(), *model_, base_model_,
+                            compute, model::measure_matmul_flops(compute), &group);
     ranks_ = std::make_unique<RankLeader>(group, *trainer_);
 
     if (checkpoint) {

@@ -251,16 +251,16 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
   return m;
 }
 
-std::unique_ptr<Trainer> make_trainer(const Config& config, model::Transformer& policy,
-                                      int64_t vocab_limit, const model::Compute& compute,
-                                      double peak_flops, ProcessGroup* group) {
-  TrainerConfig tc = TrainerConfig::from_config(config);
-  tc.vocab_limit = vocab_limit;
+std::unique_ptr<Trainer> make_trainer(TrainerConfig config, int64_t vocab_limit,
+                                      model::Transformer& policy,
+                                      const std::filesystem::path& base_model,
+                                      const model::Compute& compute, double peak_flops,
+                                      ProcessGroup* group) {
+  config.vocab_limit = vocab_limit;
   std::unique_ptr<model::Transformer> reference;
-  if (tc.loss.kl_coef > 0)
-    reference = model::load_transformer(config.get<std::string>("model.path"), compute);
+  if (config.loss.kl_coef > 0) reference = model::load_transformer(base_model, compute);
   policy.set_requires_grad(true);
-  return std::make_unique<Trainer>(policy, tc, std::move(reference), peak_flops, group);
+  return std::make_unique<Trainer>(policy, config, std::move(reference), peak_flops, group);
 }
 
 }  // namespace trellis::rl

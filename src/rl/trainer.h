@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -75,11 +76,13 @@ class Trainer {
   Optimizer optimizer_;
 };
 
-// The trainer of an RL run on `policy` (set to require grad): [trainer] and [loss] of `config`,
-// the softmax over the tokenizer's `vocab_limit` ids, and the frozen reference loaded from
-// model.path when loss.kl_coef > 0. Collective when `group` has several ranks (rl/optimizer.h).
-std::unique_ptr<Trainer> make_trainer(const Config& config, model::Transformer& policy,
-                                      int64_t vocab_limit, const model::Compute& compute,
-                                      double peak_flops, ProcessGroup* group);
+// The trainer of an RL run on `policy` (set to require grad): `config` with the softmax over the
+// tokenizer's `vocab_limit` ids, and the frozen reference loaded from `base_model` when
+// loss.kl_coef > 0. Collective when `group` has several ranks (rl/optimizer.h).
+std::unique_ptr<Trainer> make_trainer(TrainerConfig config, int64_t vocab_limit,
+                                      model::Transformer& policy,
+                                      const std::filesystem::path& base_model,
+                                      const model::Compute& compute, double peak_flops,
+                                      ProcessGroup* group);
 
 }  // namespace trellis::rl

@@ -38,7 +38,8 @@ void run_follower(const Config& config, const model::Compute& compute, ProcessGr
   if (base.empty()) fail("model.path", "no model: set [model] path (a Hugging Face directory)");
   auto model = model::load_transformer(base, compute);
   const auto prompting = model::Prompting::load(base, model->config());
-  const auto trainer = make_trainer(config, *model, prompting.tok.vocab_size(), compute, 0, &group);
+  const auto trainer = make_trainer(TrainerConfig::from_config(config), prompting.tok.vocab_size(),
+                                    *model, base, compute, 0, &group);
   log::info("rank {} of {}: following rank 0", group.rank(), group.world());
   for (;;) {
     const Json message = Json::parse(group.broadcast_from_leader(""));

@@ -65,9 +65,15 @@ HttpResult http_get(const std::string& url, const HttpOptions& options,
   CURL* curl = thread_handle();
   const bool ranged = options.range_end > 0;
   Transfer t{ranged ? 206L : 200L, &sink, &options.cancelled, &error_body, curl};
-  const std::string from = source_address();
+  const std::string from = options.source_ip.empty() ? source_address() : options.source_ip;
   const std::string interface = "host!" + from;  // an address, never an interface name
   if (!from.empty()) curl_easy_setopt(curl, CURLOPT_INTERFACE, interface.c_str());
+  if (!options.source_ip.empty()) {
+    // libcurl would hand a connection bound to this address to the next request that names no
+    // address, which a server then takes for another client: use it once, on its own.
+    curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, 1L);
+    curl_easy_setopt(curl, CURLOPT_FORBID_REUSE, 1L);
+  }
   if (ranged) {  // libcurl copies the string
     const std::string range = fmt::format("{}-{}", options.range_begin, options.range_end - 1);
     curl_easy_setopt(curl, CURLOPT_RANGE, range.c_str());
@@ -89,8 +95,6 @@ HttpResult http_get(const std::string& url, const HttpOptions& options,
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(options.stall_bytes_per_s));
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
                    std::max(1L, static_cast<long>(options.stall_s + 0.5)));
-  if (!options.source_ip.empty())
-    curl_easy_setopt(curl, CURLOPT_INTERFACE, ("host!" + options.source_ip).c_str());
   struct Headers {
     curl_slist* list = nullptr;
     ~Headers() { curl_slist_free_all(list); }

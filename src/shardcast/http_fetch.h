@@ -19,7 +19,8 @@ struct HttpOptions {
   double timeout_s = 300;  // the whole transfer
   double stall_s = 10;
   int64_t stall_bytes_per_s = 1024;
-  std::string source_ip;     // "" = the system's choice
+  // "" = the process's (network.source_address); set: a fresh connection, never reused.
+  std::string source_ip;
   std::string bearer_token;  // sent as Authorization: Bearer ...; "" = none
   // Bytes [range_begin, range_end) only, when range_end > 0: the answer must be 206.
   int64_t range_begin = 0, range_end = 0;
