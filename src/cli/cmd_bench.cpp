@@ -23,6 +23,11 @@
 namespace trellis::cli {
 namespace {
 
+// The compute dtype, and "+fp8" when the linear layers run in FP8.
+std::string dtype_label(const model::Compute& compute, bool fp8) {
+  return std::string(compute.bf16() ? "bf16" : "fp32") + (fp8 ? "+fp8" : "");
+}
+
 struct BenchTrainFlags {
   std::string model;
   rl::TrainBenchOptions options;
@@ -49,7 +54,7 @@ void run_bench_train(const BenchTrainFlags& f) {
   std::fprintf(stderr, "\n");
   std::printf("%-8s %6s %12s %14s %14s %7s\n", "dtype", "steps", "tokens/s", "model TFLOP/s",
               "matmul TFLOP/s", "MFU");
-  std::printf("%-8s %6lld %12.1f %14.3f %14.3f %6.1f%%\n", compute.bf16() ? "bf16" : "fp32",
+  std::printf("%-8s %6lld %12.1f %14.3f %14.3f %6.1f%%\n", dtype_label(compute, o.fp8).c_str(),
               static_cast<long long>(r.steps), r.tokens_per_s, r.mfu * r.matmul_flops / 1e12,
               r.matmul_flops / 1e12, 100.0 * r.mfu);
   std::printf("per step: %.2f s (logp_old %.2f s, loss + backward + AdamW %.2f s), %lld tokens\n",
@@ -81,10 +86,10 @@ void run_bench_generate(const BenchGenerateFlags& f) {
     std::fflush(stderr);
   });
   std::fprintf(stderr, "\n");
-  std::printf("%-6s %8s %10s %12s %15s %14s %14s %6s\n", "dtype", "batch", "tokens/s",
+  std::printf("%-8s %8s %10s %12s %15s %14s %14s %6s\n", "dtype", "batch", "tokens/s",
               "decode tok/s", "decode step ms", "model TFLOP/s", "matmul TFLOP/s", "util");
   std::printf("%-6s %8lld %10.1f %12.1f %15.2f %14.3f %14.3f %5.1f%%\n",
-              compute.bf16() ? "bf16" : "fp32", static_cast<long long>(o.batch), r.tokens_per_s,
+              dtype_label(compute, o.fp8).c_str(), static_cast<long long>(o.batch), r.tokens_per_s,
               r.decode_tokens_per_s, r.decode_step_ms, r.achieved_flops / 1e12,
               r.matmul_flops / 1e12, 100.0 * r.utilization);
   if (r.memory_bandwidth > 0) {
@@ -435,6 +440,8 @@ void add_bench_commands(CLI::App& app) {
   count("--optimizer-steps", f.options.optimizer_steps, "optimizer steps per rollout step");
   count("--micro-batch-tokens", f.options.micro_batch_tokens, "tokens per packed micro-batch");
   train->add_option("--seed", f.options.seed, "data seed")->capture_default_str();
+  train->add_flag("--fp8", f.options.fp8,
+                  "forward and backward in FP8 (rl.precision = fp8; emulated on CPU)");
   add_compute_flags(train, f.compute);
   train->callback([] { run_bench_train(f); });
 
@@ -456,6 +463,8 @@ void add_bench_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   gen->add_option("--seed", g.options.seed, "prompt and sampling seed")->capture_default_str();
+  gen->add_flag("--fp8", g.options.fp8,
+                "linear layers in FP8 (rl.precision = fp8-rollout or fp8; emulated on CPU)");
   add_compute_flags(gen, g.compute);
 
   static BenchRolloutsFlags ro;

@@ -85,6 +85,7 @@ temperature = 1.0       # sampling temperature (the trainer scores with the same
 normalize_std = true    # advantages (R - mean) / (std + 1e-6); false = Dr. GRPO (R - mean)
 zero_truncated = true   # completions cut at max_tokens score 0, so the policy keeps ending answers
 max_rounds = 8          # generation rounds per step to fill the batch with groups that have signal
+precision = "bf16"      # bf16 (the compute dtype everywhere) | fp8-rollout (engine in FP8, trainer not: off-policy) | fp8 (Jet-RL: the trainer runs the engine's FP8 graph); docs/fp8.md
 behaviour_temperature = 0.0  # experiments only: the engine samples at this temperature while the
                             # trainer scores at `temperature` (a real mismatch); 0 = the same
 

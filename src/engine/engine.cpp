@@ -369,7 +369,10 @@ struct Engine::Impl {
         [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
           return paged_attention(q, k, v, cache->keys(layer), cache->values(layer), pb);
         },
-        {.logits = true, .hidden = any_hidden, .rows = torch::tensor(rows, torch::kInt64)});
+        {.logits = true,
+         .hidden = any_hidden,
+         .rows = torch::tensor(rows, torch::kInt64),
+         .fp8 = opt.fp8});
     auto logits = out.logits.to(torch::kCPU).contiguous();
     torch::Tensor hidden_rows;
     if (any_hidden) hidden_rows = out.hidden.to(torch::kCPU).clone();

@@ -38,6 +38,7 @@ struct EngineOptions {
   int64_t max_batch_tokens = 4096;  // tokens per forward: decodes plus prefill chunks
   int64_t vocab_limit = 0;    // sample only ids below this (the tokenizer's size); 0 = model's
   int64_t max_retention = 0;  // C3PO++ σ: purge completions spanning more versions; 0 = never
+  bool fp8 = false;           // the model's linear layers in FP8 (ForwardOptions::fp8)
 };
 
 struct Request {

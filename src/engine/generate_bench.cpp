@@ -71,6 +71,7 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
   EngineOptions eo;
   eo.max_num_seqs = o.batch;
   eo.max_batch_tokens = o.max_batch_tokens;
+  eo.fp8 = o.fp8;
   // Room for every sequence at full length: the benchmark measures batching, not preemption.
   eo.kv_cache_tokens = o.batch * ((o.prompt_len + o.max_tokens) / kBlockSize + 2) * kBlockSize;
   Engine engine(model, eo);

@@ -18,6 +18,7 @@ struct GenerateBenchOptions {
   int64_t max_tokens = 256;  // tokens generated per sequence (no stop ids)
   int64_t max_batch_tokens = 4096;
   uint64_t seed = 0;
+  bool fp8 = false;  // the engine's linear layers in FP8 (EngineOptions::fp8)
 };
 
 struct GenerateBenchResult {

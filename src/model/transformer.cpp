@@ -87,6 +87,7 @@ void Transformer::init_random(uint64_t seed) {
   }
   cast_cache_.clear();
   concat_cache_.clear();
+  fp8_cache_.clear();
 }
 
 std::vector<torch::Tensor> Transformer::parameters() const {
@@ -105,6 +106,7 @@ void Transformer::set_requires_grad(bool requires_grad) {
   for (auto& [_, p] : params_) p.requires_grad_(requires_grad);
   cast_cache_.clear();
   concat_cache_.clear();
+  fp8_cache_.clear();
 }
 
 torch::Tensor Transformer::w(const torch::Tensor& master) {
@@ -132,6 +134,28 @@ torch::Tensor Transformer::linear(const torch::Tensor& x, const torch::Tensor& w
   return F::linear(x, weight, bias);
 }
 
+torch::Tensor Transformer::project(const torch::Tensor& x, const torch::Tensor& master,
+                                   const torch::Tensor& bias, bool fp8) {
+  const torch::Tensor b = bias.defined() ? w(bias) : torch::Tensor();
+  if (!fp8) return linear(x, w(master), b);
+  torch::Tensor y = torch::GradMode::is_enabled() && master.requires_grad()
+                        ? fp8::fp8_linear(x, master)
+                        : fp8::fp8_linear(x, fp8_weight(master));
+  return b.defined() ? y + b : y;
+}
+
+const fp8::Fp8Weight& Transformer::fp8_weight(const torch::Tensor& master) {
+  auto it = fp8_cache_.find(master.unsafeGetTensorImpl());
+  if (it == fp8_cache_.end() || it->second.version != master._version()) {
+    torch::NoGradGuard no_grad;
+    it = fp8_cache_
+             .insert_or_assign(master.unsafeGetTensorImpl(),
+                               Fp8Cast{master._version(), fp8::quantize_weight(master)})
+             .first;
+  }
+  return it->second.value;
+}
+
 torch::Tensor Transformer::concatenated(const std::vector<torch::Tensor>& masters) {
   auto& slot = concat_cache_[masters[0].unsafeGetTensorImpl()];
   std::vector<int64_t> versions;
@@ -147,13 +171,13 @@ torch::Tensor Transformer::concatenated(const std::vector<torch::Tensor>& master
 
 std::vector<torch::Tensor> Transformer::linear_split(const torch::Tensor& x,
                                                      const std::vector<torch::Tensor>& weights,
-                                                     const std::vector<torch::Tensor>& biases) {
+                                                     const std::vector<torch::Tensor>& biases,
+                                                     bool fp8) {
   std::vector<torch::Tensor> out;
   const bool has_bias = biases[0].defined();
-  if (torch::GradMode::is_enabled() && weights[0].requires_grad()) {
-    for (size_t i = 0; i < weights.size(); ++i) {
-      out.push_back(linear(x, w(weights[i]), has_bias ? w(biases[i]) : torch::Tensor()));
-    }
+  if (fp8 || (torch::GradMode::is_enabled() && weights[0].requires_grad())) {
+    for (size_t i = 0; i < weights.size(); ++i)
+      out.push_back(project(x, weights[i], biases[i], fp8));
     return out;
   }
   torch::NoGradGuard no_grad;
@@ -172,14 +196,14 @@ torch::Tensor Transformer::rms_norm(const torch::Tensor& x, const torch::Tensor&
 
 std::array<torch::Tensor, 3> Transformer::project_qkv(const Layer& l, const torch::Tensor& h,
                                                       const torch::Tensor& cos,
-                                                      const torch::Tensor& sin) {
+                                                      const torch::Tensor& sin, bool fp8) {
   auto heads = [&](const torch::Tensor& x, int64_t n) {
     std::vector<int64_t> shape(h.sizes().begin(), h.sizes().end() - 1);
     shape.push_back(n);
     shape.push_back(config_.head_dim);
     return x.reshape(shape);
   };
-  auto qkv = linear_split(h, {l.q_w, l.k_w, l.v_w}, {l.q_b, l.k_b, l.v_b});
+  auto qkv = linear_split(h, {l.q_w, l.k_w, l.v_w}, {l.q_b, l.k_b, l.v_b}, fp8);
   auto q = heads(qkv[0], config_.num_attention_heads);
   auto k = heads(qkv[1], config_.num_key_value_heads);
   auto v = heads(qkv[2], config_.num_key_value_heads);
@@ -190,18 +214,19 @@ std::array<torch::Tensor, 3> Transformer::project_qkv(const Layer& l, const torc
   return {fused::rope(q, cos, sin), fused::rope(k, cos, sin), v};
 }
 
-torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x) {
-  auto gate_up = linear_split(x, {l.gate_w, l.up_w}, {torch::Tensor(), torch::Tensor()});
-  return linear(fused::swiglu(gate_up[0], gate_up[1]), w(l.down_w));
+torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x, bool fp8) {
+  auto gate_up = linear_split(x, {l.gate_w, l.up_w}, {torch::Tensor(), torch::Tensor()}, fp8);
+  return project(fused::swiglu(gate_up[0], gate_up[1]), l.down_w, {}, fp8);
 }
 
 torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& cos,
-                                      const torch::Tensor& sin, const AttentionFn& attention) {
+                                      const torch::Tensor& sin, const AttentionFn& attention,
+                                      bool fp8) {
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
-    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin);
-    x = x + linear(attention(static_cast<int64_t>(i), q, k, v), w(l.o_w));
-    x = x + mlp(l, rms_norm(x, l.post_norm));
+    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin, fp8);
+    x = x + project(attention(static_cast<int64_t>(i), q, k, v), l.o_w, {}, fp8);
+    x = x + mlp(l, rms_norm(x, l.post_norm), fp8);
   }
   return x;
 }
@@ -242,7 +267,8 @@ ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
       F::embedding(tok, w(embed_)), cos, sin,
       [&](int64_t, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
         return fused::packed_attention(q, k, v, seq_lens);
-      });
+      },
+      options.fp8);
   return finish(x, options);
 }
 
@@ -272,7 +298,8 @@ ForwardOutput Transformer::forward_step(const torch::Tensor& tokens, KVCache& ca
         auto ks = cache.k_[i].narrow(2, 0, P + t);
         auto vs = cache.v_[i].narrow(2, 0, P + t);
         return fused::cached_attention(q, ks, vs, P);
-      });
+      },
+      options.fp8);
   cache.length_ = P + t;
   return finish(x, options);
 }
@@ -286,7 +313,7 @@ ForwardOutput Transformer::forward_tokens(const torch::Tensor& tokens,
   check_positions(positions.max().item<int64_t>());
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
   auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
-  auto x = run_layers(F::embedding(tok, w(embed_)), cos, sin, attention);
+  auto x = run_layers(F::embedding(tok, w(embed_)), cos, sin, attention, options.fp8);
   return finish(x, options);
 }
 

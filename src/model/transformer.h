@@ -28,6 +28,7 @@
 #include <torch/torch.h>
 
 #include "model/compute.h"
+#include "model/fp8/fp8_linear.h"
 #include "model/hf_config.h"
 
 namespace trellis::model {
@@ -39,6 +40,10 @@ struct ForwardOptions {
   // the final norm and the LM head, so outputs are [rows, ...]. Undefined = all rows. (With a
   // large vocabulary, scoring only completion rows saves most of the LM head's time and memory.)
   torch::Tensor rows;
+  // The decoder layers' linear layers (q, k, v, o, gate, up, down) as block-scaled FP8 GEMMs
+  // (Jet-RL, model/fp8/fp8_linear.h); the embedding, norms, attention and LM head stay in the
+  // compute dtype. Without autograd each weight is quantised once per version of its master.
+  bool fp8 = false;
 };
 
 struct ForwardOutput {
@@ -113,20 +118,28 @@ class Transformer {
   torch::Tensor w(const torch::Tensor& master);
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
                        const torch::Tensor& bias = {});
+  // x through the linear layer of `master` (and `bias`, a master too, or undefined): in the
+  // compute dtype, or in FP8 when `fp8`.
+  torch::Tensor project(const torch::Tensor& x, const torch::Tensor& master,
+                        const torch::Tensor& bias, bool fp8);
+  // The FP8 copy of a master weight, quantised again only when the master changed.
+  const fp8::Fp8Weight& fp8_weight(const torch::Tensor& master);
   // x @ [w_0; w_1; ...].T split back into one output per weight: one matmul on a cached
   // concatenation without autograd, separate matmuls with it (no copies in the backward).
+  // In FP8 each weight keeps its own blocks, so the split is always separate matmuls.
   std::vector<torch::Tensor> linear_split(const torch::Tensor& x,
                                           const std::vector<torch::Tensor>& weights,
-                                          const std::vector<torch::Tensor>& biases);
+                                          const std::vector<torch::Tensor>& biases, bool fp8);
   torch::Tensor concatenated(const std::vector<torch::Tensor>& masters);
   torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight);
   // q [..., heads, hd], k and v [..., kv_heads, hd] from normed input h [..., d]: projected,
   // q/k-normed (Qwen3) and rotated.
   std::array<torch::Tensor, 3> project_qkv(const Layer& layer, const torch::Tensor& h,
-                                           const torch::Tensor& cos, const torch::Tensor& sin);
-  torch::Tensor mlp(const Layer& layer, const torch::Tensor& x);
+                                           const torch::Tensor& cos, const torch::Tensor& sin,
+                                           bool fp8);
+  torch::Tensor mlp(const Layer& layer, const torch::Tensor& x, bool fp8);
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
-                           const AttentionFn& attention);
+                           const AttentionFn& attention, bool fp8);
   ForwardOutput finish(const torch::Tensor& x, const ForwardOptions& options);
   void check_positions(int64_t max_position) const;
 
@@ -147,6 +160,11 @@ class Transformer {
     torch::Tensor value;
   };
   std::unordered_map<const void*, Concat> concat_cache_;  // keyed by the first master
+  struct Fp8Cast {
+    int64_t version;
+    fp8::Fp8Weight value;
+  };
+  std::unordered_map<const void*, Fp8Cast> fp8_cache_;
 };
 
 }  // namespace trellis::model

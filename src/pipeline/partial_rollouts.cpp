@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "rl/precision.h"
 
 namespace trellis::pipeline {
 
@@ -31,6 +32,7 @@ engine::EngineOptions worker_engine_options(const Config& config, bool partial,
   }
   eo.vocab_limit = vocab_limit;
   eo.kv_cache_mib = 1024;
+  eo.fp8 = rl::Precision::from_config(config).rollout_fp8;
   return eo;
 }
 

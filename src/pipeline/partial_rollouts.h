@@ -41,7 +41,8 @@ struct PartialRolloutOptions {
 };
 
 // The engine a worker runs: a plain worker decodes one file's groups at once
-// (infer.groups_per_submission × rl.group_size), a C3PO++ one Ω with retention σ.
+// (infer.groups_per_submission × rl.group_size), a C3PO++ one Ω with retention σ; in FP8 when
+// rl.precision rolls out in FP8.
 engine::EngineOptions worker_engine_options(const Config& config, bool partial,
                                             int64_t vocab_limit);
 

@@ -16,6 +16,7 @@
 #include "rl/advantages.h"
 #include "rl/checkpoints.h"
 #include "rl/metrics_log.h"
+#include "rl/precision.h"
 #include "rl/rollouts.h"
 #include "rl/sample_stats.h"
 #include "rl/task_source.h"
@@ -68,6 +69,7 @@ class RlLoop {
          ProcessGroup& group)
       : run_dir_(run_dir), cfg_(RlLoopConfig::from_config(config)) {
     const TrainerConfig trainer_config = TrainerConfig::from_config(config);  // before any loading
+    precision_ = Precision::from_config(config);
     environment_ = env::make_environment(config);
     tasks_ = std::make_unique<TaskSource>(*environment_, config,
                                           derived_seed(cfg_.seed, 0, 0, kTaskSeeds));
@@ -103,12 +105,13 @@ class RlLoop {
     eo.max_num_seqs = cfg_.batch_size;
     eo.vocab_limit = prompting_->tok.vocab_size();
     eo.kv_cache_mib = 1024;
+    eo.fp8 = precision_.rollout_fp8;
     engine_ = std::make_unique<engine::Engine>(*model_, eo);
     engine_->update_weights([](model::Transformer&) {}, start_step_);
 
-    log::info("rl: {} on {} ({}), {} steps of {} samples ({} per prompt), async level {}",
-              weights.string(), compute.describe(), tasks_->describe(), cfg_.steps, cfg_.batch_size,
-              cfg_.group_size, cfg_.async_level);
+    log::info("rl: {} on {} in {} ({}), {} steps of {} samples ({} per prompt), async level {}",
+              weights.string(), compute.describe(), precision_.name(), tasks_->describe(),
+              cfg_.steps, cfg_.batch_size, cfg_.group_size, cfg_.async_level);
     if (group.world() > 1) log::info("trainer: {} ranks", group.world());
     log::info("run directory: {}", run_dir.string());
   }
@@ -209,6 +212,7 @@ class RlLoop {
 
   fs::path run_dir_;
   RlLoopConfig cfg_;
+  Precision precision_;
   std::unique_ptr<env::Environment> environment_;
   std::unique_ptr<TaskSource> tasks_;
   RolloutOptions rollout_;  // without the seed, which each round derives

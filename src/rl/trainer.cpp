@@ -7,6 +7,7 @@
 #include "model/checkpoint.h"
 #include "model/flops.h"
 #include "rl/packing.h"
+#include "rl/precision.h"
 
 namespace trellis::rl {
 namespace {
@@ -65,6 +66,7 @@ TrainerConfig TrainerConfig::from_config(const Config& c) {
   t.optimizer_steps = c.get_at_least<int64_t>("trainer.optimizer_steps", 1);
   t.micro_batch_tokens = c.get_at_least<int64_t>("trainer.micro_batch_tokens", 1);
   t.max_completion_tokens = c.get_at_least<int64_t>("rl.max_tokens", 1);
+  t.fp8 = Precision::from_config(c).train_fp8;
   return t;
 }
 
@@ -96,7 +98,8 @@ std::vector<torch::Tensor> Trainer::score(model::Transformer& model,
     std::vector<const Sequence*> seqs;
     for (size_t i : bin) seqs.push_back(&batch[i].sequence);
     const auto logp =
-        sequence_logprobs(model, pack_sequences(seqs), config_.vocab_limit, false).logp;
+        sequence_logprobs(model, pack_sequences(seqs), config_.vocab_limit, false, config_.fp8)
+            .logp;
     int64_t offset = 0;
     for (size_t i : bin) {
       const int64_t n = batch[i].tokens();
@@ -173,7 +176,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
         if (reference_) ref.push_back(logp_ref[i]);
       }
       const auto lp = sequence_logprobs(policy_, pack_sequences(seqs), config_.vocab_limit,
-                                        /*with_entropy=*/true);
+                                        /*with_entropy=*/true, config_.fp8);
       const auto device = lp.logp.device();
       LossInputs in;
       in.logp = lp.logp;

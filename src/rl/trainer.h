@@ -37,8 +37,10 @@ struct TrainerConfig {
   int64_t micro_batch_tokens = 4096;  // packing capacity
   int64_t max_completion_tokens = 0;  // the cap LossNorm::Constant divides by
   int64_t vocab_limit = 0;            // softmax over ids below this (the tokenizer's size)
+  bool fp8 = false;                   // forward and backward in FP8 (rl.precision = "fp8")
 
-  // [trainer], [loss] and rl.max_tokens; Error naming the key when a value is unusable.
+  // [trainer], [loss], rl.max_tokens and rl.precision; Error naming the key when a value is
+  // unusable.
   static TrainerConfig from_config(const Config& config);
 };
 

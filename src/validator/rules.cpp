@@ -1,6 +1,7 @@
 #include "validator/rules.h"
 
 #include "common/error.h"
+#include "rl/precision.h"
 #include "rl/rl_loop.h"
 
 namespace trellis::validator {
@@ -11,6 +12,7 @@ Rules Rules::from_config(const Config& config, int64_t dataset_size) {
   r.rollout = rl::rollout_options(rl, config);
   r.normalize_std = rl.normalize_std;
   r.async_level = rl.async_level;
+  r.fp8 = rl::Precision::from_config(config).rollout_fp8;
   r.dataset_size =
       dataset_size > 0 ? dataset_size : config.get_at_least<int64_t>("infer.dataset_size", 1);
   r.partial_rollouts = config.get<bool>("infer.partial_rollouts");

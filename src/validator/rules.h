@@ -29,6 +29,7 @@ struct Rules {
   int64_t dataset_size = 0;       // generated tasks: infer.dataset_size; a dataset: its size
   bool partial_rollouts = false;  // C3PO++ files name each group's draw in its task_id
   bool proofs = true;             // every completion must carry a TOPLOC proof
+  bool fp8 = false;  // the run rolls out in FP8 (rl.precision): recompute with FP8 linear layers
 
   toploc::Thresholds thresholds;  // per chunk: [validator] toploc_* (docs/validation.md)
   // The mantissa error averaged over every chunk a file's checked completions have
@@ -54,8 +55,9 @@ struct Rules {
   int64_t max_file_rows = 4096;    // rows
   int64_t max_reward_checks = 64;  // completions whose reward the verifier recomputes
 
-  // From [rl], [env], [infer], [toploc] and [validator]; `dataset_size` is the run's task source's
-  // (0 for generated tasks: infer.dataset_size applies). Error naming the key for a bad value.
+  // From [rl] (rl.precision too), [env], [infer], [toploc] and [validator]; `dataset_size` is the
+  // run's task source's (0 for generated tasks: infer.dataset_size applies). Error naming the key
+  // for a bad value.
   static Rules from_config(const Config& config, int64_t dataset_size);
 };
 

@@ -22,7 +22,7 @@ struct Recomputed {
 // Recomputes several completions with one packed forward per policy version they claim (a
 // forward of many short sequences costs little more than one of a single sequence).
 std::vector<Recomputed> recompute(const std::vector<const rollout::RolloutRecord*>& rows,
-                                  const ModelOf& model_of) {
+                                  const ModelOf& model_of, bool fp8) {
   std::map<int32_t, std::vector<size_t>> by_version;  // version -> the rows claiming it
   for (size_t r = 0; r < rows.size(); ++r) {
     std::set<int32_t> versions(rows[r]->token_versions.begin(), rows[r]->token_versions.end());
@@ -45,7 +45,7 @@ std::vector<Recomputed> recompute(const std::vector<const rollout::RolloutRecord
     }
     const auto fwd = model_of(version).forward_packed(
         torch::tensor(tokens), torch::tensor(positions), seq_lens,
-        {.logits = true, .hidden = true, .rows = torch::tensor(selected)});
+        {.logits = true, .hidden = true, .rows = torch::tensor(selected), .fp8 = fp8});
     int64_t offset = 0;
     for (size_t r : members) {
       const auto& row = *rows[r];
@@ -217,7 +217,7 @@ std::vector<SampleResult> check_samples(const std::vector<const rollout::Rollout
     }
   }
   if (sane.empty()) return results;
-  const auto recomputed = recompute(sane, model_of);
+  const auto recomputed = recompute(sane, model_of, rules.fp8);
   for (size_t k = 0; k < sane.size(); ++k) {
     const size_t r = sane_at[k];
     results[r] = judge(*rows[r], row_indices[r], rules, stops, vocab, recomputed[k]);

@@ -1,9 +1,11 @@
 // End-to-end tests of `trellis rl` as a user runs it: the README's example (a tiny model
 // warm-started with `trellis sft` on reverse_text) raises the reward, on its training batches and
 // on a fixed evaluation set, printing one line per step and logging every metric; a run resumes to
-// exactly the steps it would have taken; a sampling mismatch injected for experiments shows in the
-// metrics; and a bad configuration names its key.
+// exactly the steps it would have taken; a sampling mismatch injected for experiments, and the
+// one of an FP8 engine beside a bf16 trainer, show in the metrics; and a bad configuration names
+// its key.
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -144,6 +146,19 @@ TEST_F(RlCli, WarmStartedRunRaisesRewardAndResumesExactly) {
   EXPECT_LT(rows[0]["mismatch/k3"].get<double>(), 1e-3);
   EXPECT_GT(read_jsonl(dir_ / "hotter" / "metrics.jsonl").at(0)["mismatch/k3"].get<double>(), 1e-2);
 
+  // rl.precision (docs/fp8.md): an engine in FP8 beside a trainer in bf16 (fp8-rollout, two
+  // forward graphs) shows a mismatch at step 0 well above bf16's (13x here); the unified flow
+  // (fp8: the trainer runs the engine's FP8 graph) has less of it (2-3x less here).
+  std::map<std::string, double> k3;
+  for (const std::string mode : {"fp8-rollout", "fp8"}) {
+    r = run_trellis(rl(mode, "--set rl.steps=1 --set rl.precision=" + mode));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_CONTAINS(r.output, "in " + mode);
+    k3[mode] = read_jsonl(dir_ / mode / "metrics.jsonl").at(0)["mismatch/k3"].get<double>();
+  }
+  EXPECT_GT(k3["fp8-rollout"], 4 * rows[0]["mismatch/k3"].get<double>());
+  EXPECT_LT(k3["fp8"], k3["fp8-rollout"] / 1.5);
+
   // A run that stopped right after its step-2 checkpoint (simulated by copying that checkpoint
   // into a fresh run directory) resumes to exactly the steps 2 and 3 of the run that never
   // stopped: the same rollouts (the pending async batch travels in the checkpoint), the same
@@ -186,6 +201,9 @@ TEST_F(RlCli, BadConfigurationNamesTheKey) {
   r = run_trellis(rl("bad3", "--set loss.clip_delta=1.1"));  // must exceed 1 + eps
   EXPECT_EQ(r.status, 1);
   EXPECT_CONTAINS(r.output, "loss.clip_delta");
+  r = run_trellis(rl("bad5", "--set rl.precision=fp4"));
+  EXPECT_EQ(r.status, 1);
+  EXPECT_CONTAINS(r.output, "rl.precision");
   r = run_trellis(rl("bad4", "--set rl.stepz=3"));
   EXPECT_EQ(r.status, 1);
   EXPECT_CONTAINS(r.output, "rl.stepz");

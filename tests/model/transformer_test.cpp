@@ -3,9 +3,11 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <functional>
 
 #include <gtest/gtest.h>
 
+#include "model/fp8/block_quant.h"
 #include "model/presets.h"
 
 namespace trellis::model {
@@ -38,8 +40,24 @@ torch::Tensor random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   return at::randint(vocab, {n}, gen, torch::kInt64);
 }
 
+// y = x W^T of a decoder linear layer, in double.
+using Projection = std::function<torch::Tensor(const torch::Tensor& x, const torch::Tensor& w)>;
+torch::Tensor exact_projection(const torch::Tensor& x, const torch::Tensor& w) {
+  return torch::matmul(x, w.t());
+}
+// The FP8 layer's definition: x in 1x128 groups and W in 128x128 blocks, each rounded to E4M3
+// with its scale (fp8/block_quant, tested on its own), then multiplied in double.
+torch::Tensor fp8_projection(const torch::Tensor& x, const torch::Tensor& w) {
+  auto q = [](const torch::Tensor& t, int64_t rows) {
+    return fp8::dequantize(fp8::quantize_blocks(t.to(torch::kFloat32), rows, fp8::kGroup))
+        .to(torch::kFloat64);
+  };
+  return torch::matmul(q(x, 1), q(w, fp8::kGroup).t());
+}
+
 // Naive reference: per head, per query loops over explicit formulas, in double precision.
-torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens) {
+torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens,
+                               const Projection& project = exact_projection) {
   const HfConfig& c = m.config();
   auto P = [&](const std::string& n) { return m.parameter(n).to(torch::kFloat64); };
   auto rms = [&](const torch::Tensor& x, const torch::Tensor& w) {
@@ -62,7 +80,7 @@ torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto h = rms(x, P(p + "input_layernorm.weight"));
     auto proj = [&](const std::string& n) {
-      auto y = torch::matmul(h, P(p + "self_attn." + n + ".weight").t());
+      auto y = project(h, P(p + "self_attn." + n + ".weight"));
       if (c.attention_bias) y = y + P(p + "self_attn." + n + ".bias");
       return y;
     };
@@ -94,11 +112,11 @@ torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens
         attn[i].slice(0, head * hd, (head + 1) * hd).copy_(o);
       }
     }
-    x = x + torch::matmul(attn, P(p + "self_attn.o_proj.weight").t());
+    x = x + project(attn, P(p + "self_attn.o_proj.weight"));
     auto h2 = rms(x, P(p + "post_attention_layernorm.weight"));
-    auto g = torch::matmul(h2, P(p + "mlp.gate_proj.weight").t());
-    auto u = torch::matmul(h2, P(p + "mlp.up_proj.weight").t());
-    x = x + torch::matmul(g / (1 + torch::exp(-g)) * u, P(p + "mlp.down_proj.weight").t());
+    auto g = project(h2, P(p + "mlp.gate_proj.weight"));
+    auto u = project(h2, P(p + "mlp.up_proj.weight"));
+    x = x + project(g / (1 + torch::exp(-g)) * u, P(p + "mlp.down_proj.weight"));
   }
   auto head = c.tie_word_embeddings ? P("model.embed_tokens.weight") : P("lm_head.weight");
   return torch::matmul(rms(x, P("model.norm.weight")), head.t());
@@ -168,6 +186,50 @@ TEST_P(TransformerArch, KvCacheStepsEqualFullForward) {
   }
   EXPECT_EQ(cache.length(), T);
   EXPECT_THROW(m->forward_step(rows.narrow(1, 0, 1), cache), Error);  // cache full
+}
+
+TEST_P(TransformerArch, Fp8LayersMatchTheirDefinitionOnEveryPath) {
+  HfConfig c = tiny(GetParam());
+  auto m = make_model(c, torch::kFloat32);
+  const int64_t T = 13;
+  auto tokens = random_tokens(T, c.vocab_size, 3);
+  torch::Tensor full;
+  {
+    torch::NoGradGuard g;
+    full = m->forward(tokens, {.fp8 = true}).logits;
+    const auto exact = reference_logits(*m, tokens);
+    const auto fp8_ref = reference_logits(*m, tokens, fp8_projection);
+    // FP8 moves the logits by several percent; the definition accounts for nearly all of it.
+    // Not all: the reference computes activations in double, and an activation within 1e-7 of a
+    // rounding boundary of E4M3 may land on the neighbouring code (1/16 away), which attention
+    // carries to the later positions (1e-7 relative agreement without one, about 1% with one).
+    const auto off = [&](const torch::Tensor& ref) {
+      return ((full.to(torch::kFloat64) - ref).norm() / ref.norm()).item<double>();
+    };
+    EXPECT_GT(off(exact), 0.01) << arch_name(c.arch);
+    EXPECT_LT(off(fp8_ref), off(exact) / 3) << arch_name(c.arch);
+    // The engine's path: weights quantised once, a KV cache, a chunk at a time.
+    KVCache cache(c, 1, T, m->compute());
+    int64_t pos = 0;
+    for (int64_t chunk : {4, 1, 3, 5}) {
+      auto out = m->forward_step(tokens.narrow(0, pos, chunk).unsqueeze(0), cache, {.fp8 = true});
+      EXPECT_LT(max_diff(out.logits[0], full.narrow(0, pos, chunk)), 1e-5) << pos;
+      pos += chunk;
+    }
+  }
+  // The trainer's path (autograd, quantised per forward) computes the same numbers, and its
+  // gradients reach every fp32 master.
+  m->set_requires_grad(true);
+  auto trained = m->forward(tokens, {.fp8 = true}).logits;
+  EXPECT_TRUE(torch::equal(trained.detach(), full));
+  trained.logsumexp(-1).mean().backward();
+  for (const auto& [name, p] : m->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().scalar_type(), torch::kFloat32) << name;
+    EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>()) << name;
+  }
+  EXPECT_GT(m->parameter("model.layers.1.mlp.down_proj.weight").grad().abs().sum().item<double>(),
+            0);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllArchs, TransformerArch,
