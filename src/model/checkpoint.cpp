@@ -3,6 +3,8 @@
 #include <set>
 
 #include "common/error.h"
+#include "model/fp8/block_quant.h"
+#include "model/fp8/fp8_linear.h"
 #include "model/safetensors.h"
 
 namespace trellis::model {
@@ -33,6 +35,39 @@ bool ignorable(const std::string& name) {
   return name.find("rotary_emb.inv_freq") != std::string::npos;
 }
 
+// "<name>_scale_inv" of an FP8 weight: its 128x128 block scales.
+std::string scale_name(const std::string& weight) { return weight + "_scale_inv"; }
+
+// The decoder's linear weights: what FP8 forwards quantise (Transformer::project).
+bool fp8_linear_weight(const std::string& name) {
+  return name.rfind("model.layers.", 0) == 0 && name.size() > 12 &&
+         name.compare(name.size() - 12, 12, "_proj.weight") == 0;
+}
+
+// The codes of `name` (F8_E4M3, of `shape`) and their scales, checked and copied out of the file.
+fp8::BlockQuantized read_fp8(const SafetensorsModel& st, const std::string& name,
+                             const std::vector<int64_t>& shape, const std::string& where) {
+  if (shape.size() != 2) fail(where, "F8_E4M3 tensor '{}' must be 2-D", name);
+  const std::string scales = scale_name(name);
+  const TensorInfo* info = st.find(scales);
+  const std::vector<int64_t> expected = {(shape[0] + fp8::kGroup - 1) / fp8::kGroup,
+                                         (shape[1] + fp8::kGroup - 1) / fp8::kGroup};
+  if (info == nullptr) fail(where, "F8_E4M3 tensor '{}' has no '{}'", name, scales);
+  if (info->dtype != DType::F32 ||
+      std::vector<int64_t>(info->shape.begin(), info->shape.end()) != expected) {
+    fail(st.file_of(scales), "'{}' must be F32 {} (one scale per 128x128 block of '{}')", scales,
+         shape_str(expected), name);
+  }
+  auto bytes = [&](const std::string& n) { return const_cast<std::byte*>(st.data(n).data()); };
+  fp8::BlockQuantized q;
+  q.codes = torch::from_blob(bytes(name), shape, torch::kUInt8).clone();
+  q.scales = torch::from_blob(bytes(scales), expected, torch::kFloat32).clone();
+  q.group_rows = q.group_cols = fp8::kGroup;
+  if (!torch::isfinite(q.scales).all().item<bool>() || !(q.scales > 0).all().item<bool>())
+    fail(st.file_of(scales), "'{}' holds a scale that is not finite and positive", scales);
+  return q;
+}
+
 }  // namespace
 
 std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& dir,
@@ -52,6 +87,13 @@ std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& dir,
       fail(where, "tensor '{}' has shape {} but config.json implies {}", name, shape_str(shape),
            shape_str(param.sizes()));
     }
+    if (info->dtype == DType::F8_E4M3) {
+      fp8::BlockQuantized q = read_fp8(st, name, shape, where);
+      param.copy_(fp8::dequantize(q));
+      model->set_fp8_weight(name, fp8::stored_weight(std::move(q)));
+      expected.insert(scale_name(name));
+      continue;
+    }
     auto bytes = st.data(name);
     auto src = torch::from_blob(const_cast<std::byte*>(bytes.data()), shape,
                                 torch_dtype(info->dtype, name, where));
@@ -69,20 +111,31 @@ std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& dir,
 void save_transformer(const Transformer& model, const std::filesystem::path& dir, StoreDtype dtype,
                       uint64_t max_shard_bytes) {
   torch::NoGradGuard no_grad;
-  const auto target = dtype == StoreDtype::BF16 ? torch::kBFloat16 : torch::kFloat32;
   std::vector<torch::Tensor> keep;  // owns the bytes the views below point at
   std::vector<TensorData> tensors;
-  for (const auto& [name, param] : model.named_parameters()) {
-    auto t = param.detach().to(torch::kCPU).to(target).contiguous();
+  auto add = [&](const std::string& name, DType stored, torch::Tensor t) {
+    t = t.to(torch::kCPU).contiguous();
     keep.push_back(t);
-    std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     tensors.push_back(TensorData{
-        name, dtype == StoreDtype::BF16 ? DType::BF16 : DType::F32, shape,
+        name, stored, std::vector<int64_t>(t.sizes().begin(), t.sizes().end()),
         std::span<const std::byte>(static_cast<const std::byte*>(t.data_ptr()), t.nbytes())});
+  };
+  for (const auto& [name, param] : model.named_parameters()) {
+    const torch::Tensor p = param.detach().to(torch::kCPU);
+    if (dtype == StoreDtype::FP8 && fp8_linear_weight(name)) {
+      const fp8::BlockQuantized q = model.fp8_blocks(name);
+      add(name, DType::F8_E4M3, q.codes);
+      add(scale_name(name), DType::F32, q.scales);
+    } else if (dtype == StoreDtype::BF16) {
+      add(name, DType::BF16, p.to(torch::kBFloat16));
+    } else {
+      add(name, DType::F32, p.to(torch::kFloat32));
+    }
   }
   std::filesystem::create_directories(dir);
   HfConfig config = model.config();
   config.torch_dtype = dtype == StoreDtype::BF16 ? "bfloat16" : "float32";
+  config.fp8_blocks = dtype == StoreDtype::FP8;
   write_safetensors_dir(dir, tensors, max_shard_bytes);
   config.save(dir);
 }

@@ -84,6 +84,19 @@ HfConfig HfConfig::from_json(const Json& j, const std::string& where) {
   }
   c.eos_token_ids = read_eos(j, where);
   c.torch_dtype = json_optional<std::string>(j, "torch_dtype", "bfloat16", where);
+  if (j.contains("quantization_config") && !j["quantization_config"].is_null()) {
+    const Json& q = j["quantization_config"];
+    const bool fp8 =
+        q.is_object() && q.value("quant_method", Json()) == "fp8" &&
+        q.value("fmt", Json("e4m3")) == "e4m3" &&
+        q.value("weight_block_size", Json::array({128, 128})) == Json::array({128, 128});
+    if (!fp8) {
+      fail(where,
+           "field 'quantization_config' is not supported: only FP8 E4M3 weights in 128x128 blocks "
+           "({{\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}})");
+    }
+    c.fp8_blocks = true;
+  }
   c.validate(where);
   return c;
 }
@@ -141,6 +154,12 @@ Json HfConfig::to_json() const {
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;
   j["torch_dtype"] = torch_dtype;
+  if (fp8_blocks) {
+    j["quantization_config"] = {{"quant_method", "fp8"},
+                                {"fmt", "e4m3"},
+                                {"activation_scheme", "dynamic"},
+                                {"weight_block_size", {128, 128}}};
+  }
   return j;
 }
 

@@ -38,6 +38,10 @@ struct HfConfig {
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;
   std::string torch_dtype = "bfloat16";
+  // quantization_config {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}:
+  // some weights are stored as E4M3 codes with 128x128 block scales (DeepSeek-V3's format,
+  // model/checkpoint.h). Any other quantization_config is refused.
+  bool fp8_blocks = false;
 
   static HfConfig from_json(const Json& j, const std::string& where);
   static HfConfig load(const std::filesystem::path& model_dir);  // DIR/config.json

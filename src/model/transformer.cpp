@@ -144,6 +144,31 @@ torch::Tensor Transformer::project(const torch::Tensor& x, const torch::Tensor& 
   return b.defined() ? y + b : y;
 }
 
+void Transformer::set_fp8_weight(const std::string& name, fp8::Fp8Weight weight) {
+  const torch::Tensor master = parameter(name);
+  fp8_cache_.insert_or_assign(master.unsafeGetTensorImpl(),
+                              Fp8Cast{master._version(), std::move(weight)});
+}
+
+void Transformer::copy_weights_from(const Transformer& other) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : other.named_parameters()) {
+    parameter(name).copy_(p);
+    const auto it = other.fp8_cache_.find(p.unsafeGetTensorImpl());
+    if (it != other.fp8_cache_.end() && it->second.version == p._version())
+      set_fp8_weight(name, it->second.value);
+  }
+}
+
+fp8::BlockQuantized Transformer::fp8_blocks(const std::string& name) const {
+  const torch::Tensor master = parameter(name);
+  const auto it = fp8_cache_.find(master.unsafeGetTensorImpl());
+  if (it != fp8_cache_.end() && it->second.version == master._version())
+    return it->second.value.blocks;
+  torch::NoGradGuard no_grad;
+  return fp8::quantize_weight(master.detach().to(torch::kCPU)).blocks;
+}
+
 const fp8::Fp8Weight& Transformer::fp8_weight(const torch::Tensor& master) {
   auto it = fp8_cache_.find(master.unsafeGetTensorImpl());
   if (it == fp8_cache_.end() || it->second.version != master._version()) {

@@ -92,6 +92,18 @@ class Transformer {
   torch::Tensor parameter(const std::string& name) const;
   void set_requires_grad(bool requires_grad);
 
+  // Takes the FP8 copy of parameter `name` as a checkpoint stored it, so that FP8 forwards use
+  // exactly those codes and scales and never re-quantise: the master must already hold their
+  // dequantised values (load_transformer does both). Error for an unknown name.
+  void set_fp8_weight(const std::string& name, fp8::Fp8Weight weight);
+  // Copies every parameter of `other` (the same architecture and shapes) into this model, with the
+  // FP8 copies `other` holds of them: a policy version loaded from an FP8 checkpoint keeps its
+  // codes and scales.
+  void copy_weights_from(const Transformer& other);
+  // The codes and scales FP8 forwards use for parameter `name`: its FP8 copy while that is
+  // current (as loaded, or quantised by a forward), else the master quantised now.
+  fp8::BlockQuantized fp8_blocks(const std::string& name) const;
+
   // (a) tokens, positions: int64 [T]; seq_lens sums to T. Attention never crosses samples.
   ForwardOutput forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
                                const std::vector<int64_t>& seq_lens, ForwardOptions options = {});

@@ -153,12 +153,8 @@ class Worker {
                                                      *sampler_, rollout_, partial_options_);
       }
     } else {
-      engine_->update_weights(
-          [&](model::Transformer& m) {
-            torch::NoGradGuard no_grad;
-            for (const auto& [name, p] : loaded->named_parameters()) m.parameter(name).copy_(p);
-          },
-          version);
+      engine_->update_weights([&](model::Transformer& m) { m.copy_weights_from(*loaded); },
+                              version);
     }
     version_ = version;
     log::info("holding policy version {}", version);

@@ -6,9 +6,9 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "common/logging.h"
-#include "model/checkpoint.h"
 #include "orchestrator/client.h"
 #include "orchestrator/credentials.h"
+#include "rl/precision.h"
 
 namespace trellis::pipeline {
 namespace fs = std::filesystem;
@@ -31,6 +31,8 @@ PolicyPublisher::PolicyPublisher(const Config& config, const fs::path& run_dir,
   publish.shard_size = std::max<int64_t>(
       1, static_cast<int64_t>(config.get<double>("shardcast.shard_size_mib") * (1 << 20)));
   publish.keep = config.get_at_least<int64_t>("shardcast.keep", 1);
+  store_dtype_ = rl::Precision::from_config(config).rollout_fp8 ? model::StoreDtype::FP8
+                                                                : model::StoreDtype::F32;
   origin_ = std::make_unique<shardcast::Origin>(origin_dir_, identity_, publish);
   shardcast::ServerOptions server;
   server.host = config.get<std::string>("shardcast.origin_host");
@@ -52,7 +54,7 @@ PolicyPublisher::~PolicyPublisher() {
 
 void PolicyPublisher::publish(int64_t version, const model::Transformer& model) {
   const fs::path dir = staging_dir_ / ("v" + std::to_string(version));
-  model::save_transformer(model, dir, model::StoreDtype::F32, UINT64_MAX);
+  model::save_transformer(model, dir, store_dtype_, UINT64_MAX);
   origin_->publish(version, version, dir / "model.safetensors",
                    [this, dir](const shardcast::VersionEntry& entry) {
                      fs::remove_all(dir);

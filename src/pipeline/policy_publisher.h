@@ -12,6 +12,7 @@
 
 #include "common/config.h"
 #include "common/identity.h"
+#include "model/checkpoint.h"
 #include "model/transformer.h"
 #include "shardcast/origin.h"
 #include "shardcast/shard_server.h"
@@ -20,14 +21,17 @@ namespace trellis::pipeline {
 
 class PolicyPublisher {
  public:
-  // [shardcast] origin_dir, origin_host/port, trainer_key_file, shard_size_mib, keep. Starts the
-  // origin server and writes its URL to <origin_dir>/origin.url. `stop` ends announcement retries.
+  // [shardcast] origin_dir, origin_host/port, trainer_key_file, shard_size_mib, keep, and
+  // rl.precision. Starts the origin server and writes its URL to <origin_dir>/origin.url. `stop`
+  // ends announcement retries.
   PolicyPublisher(const Config& config, const std::filesystem::path& run_dir,
                   const std::atomic<bool>& stop);
   ~PolicyPublisher();  // publishes what is queued, then stops the server
 
-  // Stages `model`'s weights (fp32) and queues them as `version`; once the manifest lists it, the
-  // orchestrator is told (POST /trainer/version with the trainer's public key).
+  // Stages `model`'s weights (fp32; in an FP8 run the decoder's linear weights as FP8 codes and
+  // scales, model/checkpoint.h, what the engines then use as they are) and queues them as
+  // `version`; once the manifest lists it, the orchestrator is told (POST /trainer/version with
+  // the trainer's public key).
   void publish(int64_t version, const model::Transformer& model);
   // Unlists and deletes versions newer than `version` (a trainer resuming from a checkpoint).
   void remove_versions_after(int64_t version);
@@ -43,6 +47,7 @@ class PolicyPublisher {
   std::filesystem::path origin_dir_, staging_dir_;
   std::string orchestrator_url_, trainer_token_;
   const std::atomic<bool>& stop_;
+  model::StoreDtype store_dtype_;
   std::unique_ptr<shardcast::ShardServer> server_;
   std::unique_ptr<shardcast::Origin> origin_;
 };

@@ -2,10 +2,15 @@
 // model directory, each asserting the message names what is wrong and where.
 #include "model/checkpoint.h"
 
+#include <cmath>
+#include <functional>
+#include <span>
+
 #include <gtest/gtest.h>
 
 #include "common/files.h"
 #include "error_of.h"
+#include "model/fp8/e4m3.h"
 #include "model/presets.h"
 #include "model/safetensors.h"
 
@@ -97,6 +102,135 @@ TEST(Checkpoint, MissingAndUnexpectedTensorsAreErrors) {
   msg = error_of([&] { load_transformer(dir2, Compute{}); });
   EXPECT_NE(msg.find("unexpected tensor"), std::string::npos) << msg;
   EXPECT_NE(msg.find(".bias"), std::string::npos) << msg;
+}
+
+torch::Tensor fp8_logits_of(Transformer& m) {
+  torch::NoGradGuard g;
+  return m.forward(torch::arange(0, 40, 3, torch::kInt64), {.fp8 = true}).logits;
+}
+
+// The model directory `from` written again to `to` with `edit` applied to its tensor list.
+void rewrite(const fs::path& from, const fs::path& to,
+             const std::function<void(std::vector<TensorData>&)>& edit) {
+  const SafetensorsModel st = SafetensorsModel::open_dir(from);
+  std::vector<TensorData> tensors;
+  for (const auto& name : st.names()) {
+    const TensorInfo* info = st.find(name);
+    tensors.push_back({name, info->dtype, info->shape, st.data(name)});
+  }
+  edit(tensors);
+  fs::create_directories(to);
+  write_safetensors_dir(to, tensors);
+  fs::copy_file(from / "config.json", to / "config.json", fs::copy_options::overwrite_existing);
+}
+
+TEST(Checkpoint, Fp8StoresCodesAndScalesThatLoadAsTheyWere) {
+  const auto dir = temp_dir("fp8");
+  HfConfig c = preset_config(Arch::Qwen3, "tiny");
+  c.intermediate_size = 320;  // partial 128x128 blocks in gate, up and down
+  Transformer m(c, Compute{});
+  m.init_random(5);
+  save_transformer(m, dir, StoreDtype::FP8);
+
+  const SafetensorsModel st = SafetensorsModel::open_dir(dir);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  const std::string down = "model.layers.1.mlp.down_proj.weight";
+  EXPECT_EQ(st.find(q)->dtype, DType::F8_E4M3);
+  EXPECT_EQ(st.find(down)->dtype, DType::F8_E4M3);
+  EXPECT_EQ(st.find(down + "_scale_inv")->shape, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(st.find("model.embed_tokens.weight")->dtype, DType::F32) << "only the linear layers";
+  EXPECT_EQ(st.find("model.layers.0.input_layernorm.weight")->dtype, DType::F32);
+  EXPECT_EQ(st.data(down).size(), static_cast<size_t>(128 * 320)) << "one byte a weight";
+  EXPECT_EQ(read_json_file((dir / "config.json").string())["quantization_config"]["quant_method"],
+            "fp8");
+
+  // The loaded model's FP8 forward is the original's, bit for bit: the codes and scales are the
+  // ones stored, not quantised again from the dequantised masters.
+  auto loaded = load_transformer(dir, Compute{});
+  EXPECT_TRUE(loaded->config().fp8_blocks);
+  EXPECT_TRUE(torch::equal(fp8_logits_of(*loaded), fp8_logits_of(m)));
+  for (const auto& name : {q, down}) {
+    EXPECT_TRUE(torch::equal(loaded->fp8_blocks(name).codes, m.fp8_blocks(name).codes)) << name;
+    EXPECT_TRUE(torch::equal(loaded->fp8_blocks(name).scales, m.fp8_blocks(name).scales)) << name;
+  }
+  // ... and so is that of a model the loaded weights are copied into (a worker's next version).
+  Transformer engine_model(c, Compute{});
+  engine_model.copy_weights_from(*loaded);
+  EXPECT_TRUE(torch::equal(fp8_logits_of(engine_model), fp8_logits_of(m)));
+  // Stored codes and scales are used as they are, not quantised again: halve one weight's codes
+  // under the same scales (a valid encoding, but not the one amax / 448 gives).
+  const auto halved_dir = temp_dir("fp8_halved");
+  const torch::Tensor halved =
+      fp8::encode_e4m3(fp8::decode_e4m3(m.fp8_blocks(q).codes) / 2).contiguous();
+  rewrite(dir, halved_dir, [&](std::vector<TensorData>& tensors) {
+    for (auto& t : tensors)
+      if (t.name == q)
+        t.bytes = {static_cast<const std::byte*>(halved.data_ptr()),
+                   static_cast<size_t>(halved.nbytes())};
+  });
+  const auto halved_model = load_transformer(halved_dir, Compute{});
+  EXPECT_TRUE(torch::equal(halved_model->fp8_blocks(q).codes, halved));
+  EXPECT_TRUE(torch::equal(halved_model->fp8_blocks(q).scales, m.fp8_blocks(q).scales));
+  // Saved again as FP8, the same bytes.
+  const auto again = temp_dir("fp8_again");
+  save_transformer(*loaded, again, StoreDtype::FP8);
+  const SafetensorsModel st2 = SafetensorsModel::open_dir(again);
+  for (const auto& name : st.names()) {
+    ASSERT_NE(st2.find(name), nullptr) << name;
+    const auto a = st.data(name), b = st2.data(name);
+    EXPECT_TRUE(a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin())) << name;
+  }
+}
+
+TEST(Checkpoint, Fp8TensorsWithoutSoundScalesAreNamedErrors) {
+  const auto dir = temp_dir("fp8_bad_src");
+  Transformer m(preset_config(Arch::Llama, "tiny"), Compute{});
+  m.init_random(6);
+  save_transformer(m, dir, StoreDtype::FP8);
+  const std::string w = "model.layers.0.mlp.up_proj.weight", scale = w + "_scale_inv";
+  const std::vector<float> nan_scales(4, std::nanf(""));
+  const std::vector<float> wide(8, 1.0f);
+  struct Case {
+    const char* name;
+    std::function<void(std::vector<TensorData>&)> edit;
+    std::string expected;
+  };
+  for (const Case& k : std::vector<Case>{
+           {"missing",
+            [&](auto& t) {
+              std::erase_if(t, [&](const TensorData& d) { return d.name == scale; });
+            },
+            "has no '" + scale + "'"},
+           {"shape",
+            [&](auto& t) {
+              for (auto& d : t)
+                if (d.name == scale)
+                  d = {scale,
+                       DType::F32,
+                       {1, 8},
+                       std::as_bytes(std::span<const float>(wide.data(), wide.size()))};
+            },
+            "'" + scale + "' must be F32 [4, 1]"},
+           {"nan",
+            [&](auto& t) {
+              for (auto& d : t)
+                if (d.name == scale)
+                  d.bytes = std::as_bytes(std::span<const float>(nan_scales.data(), 4));
+            },
+            "not finite and positive"},
+       }) {
+    const auto bad = temp_dir(std::string("fp8_bad_") + k.name);
+    rewrite(dir, bad, k.edit);
+    const auto msg = error_of([&] { load_transformer(bad, Compute{}); });
+    EXPECT_NE(msg.find(k.expected), std::string::npos) << k.name << ": " << msg;
+  }
+  auto j = preset_config(Arch::Llama, "tiny").to_json();
+  j["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {64, 64}}};
+  EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("quantization_config"),
+            std::string::npos);
+  j["quantization_config"] = {{"quant_method", "gptq"}};
+  EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("quantization_config"),
+            std::string::npos);
 }
 
 TEST(HfConfigTest, MissingOrUnsupportedFieldsAreErrors) {

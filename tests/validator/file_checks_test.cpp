@@ -16,6 +16,7 @@
 #include "common/identity.h"
 #include "common/json.h"
 #include "env/registry.h"
+#include "error_of.h"
 #include "model/hf_config.h"
 #include "model/presets.h"
 #include "model/prompting.h"
@@ -30,6 +31,7 @@ namespace trellis::validator {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
 
 // The first finding of check_file, whichever form it returns its findings in.
 std::optional<Finding> first_of(const std::optional<Finding>& f) { return f; }
@@ -437,6 +439,19 @@ TEST_F(FileChecks, APolicyTheValidatorCannotFetchLeavesTheFileUnjudged) {
   };
   Validator validator(*config_, *prompting_, unavailable);
   EXPECT_THROW(validator.validate(signed_file(), {"run", node_.address(), 5, 2, 5}), CannotJudge);
+}
+
+TEST_F(FileChecks, AValidatorRefusesAnFp8RunItsThresholdsWereNotCalibratedFor) {
+  const ModelOf no_model = [](int64_t) -> model::Transformer& { throw Error("no model"); };
+  for (const char* mode : {"fp8", "fp8-rollout"}) {
+    make({std::string("rl.precision=") + mode});
+    EXPECT_TRUE(rules_->fp8) << mode;
+    const std::string msg = error_of([&] { Validator(*config_, *prompting_, no_model); });
+    EXPECT_NE(msg.find("rl.precision"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not calibrated"), std::string::npos) << msg;
+  }
+  make({"rl.precision=bf16"});
+  EXPECT_NO_THROW(Validator(*config_, *prompting_, no_model));
 }
 
 TEST_F(FileChecks, TheValidatorRejectsHostileRowsWithTheirReason) {

@@ -71,9 +71,13 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
 }  // namespace
 
 Fp8Weight quantize_weight(const torch::Tensor& master) {
+  return stored_weight(quantize_blocks(master.to(torch::kFloat32), kGroup, kGroup));
+}
+
+Fp8Weight stored_weight(BlockQuantized blocks) {
   Fp8Weight w;
-  w.blocks = quantize_blocks(master.to(torch::kFloat32), kGroup, kGroup);
-  w.operand = gemm_operand(w.blocks);
+  w.operand = gemm_operand(blocks);
+  w.blocks = std::move(blocks);
   return w;
 }
 

@@ -23,6 +23,8 @@ struct Fp8Weight {
   GemmOperand operand;
 };
 Fp8Weight quantize_weight(const torch::Tensor& master);
+// A weight stored quantised (an FP8 checkpoint's codes and 128x128 block scales).
+Fp8Weight stored_weight(BlockQuantized blocks);
 
 // With autograd: gradients reach x and the fp32 master [out, in]. x: [..., in].
 torch::Tensor fp8_linear(const torch::Tensor& x, const torch::Tensor& master);
