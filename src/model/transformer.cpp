@@ -144,6 +144,14 @@ torch::Tensor Transformer::project(const torch::Tensor& x, const torch::Tensor& 
   return b.defined() ? y + b : y;
 }
 
+// The FP8 copy `cache` holds of `master` while it is current (the master unchanged since it was
+// made), else null.
+template <class Cache>
+auto current_fp8(Cache& cache, const torch::Tensor& master) -> decltype(&cache.begin()->second) {
+  const auto it = cache.find(master.unsafeGetTensorImpl());
+  return it != cache.end() && it->second.version == master._version() ? &it->second : nullptr;
+}
+
 void Transformer::set_fp8_weight(const std::string& name, fp8::Fp8Weight weight) {
   const torch::Tensor master = parameter(name);
   fp8_cache_.insert_or_assign(master.unsafeGetTensorImpl(),
@@ -154,31 +162,24 @@ void Transformer::copy_weights_from(const Transformer& other) {
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : other.named_parameters()) {
     parameter(name).copy_(p);
-    const auto it = other.fp8_cache_.find(p.unsafeGetTensorImpl());
-    if (it != other.fp8_cache_.end() && it->second.version == p._version())
-      set_fp8_weight(name, it->second.value);
+    if (const auto* stored = current_fp8(other.fp8_cache_, p)) set_fp8_weight(name, stored->value);
   }
 }
 
 fp8::BlockQuantized Transformer::fp8_blocks(const std::string& name) const {
   const torch::Tensor master = parameter(name);
-  const auto it = fp8_cache_.find(master.unsafeGetTensorImpl());
-  if (it != fp8_cache_.end() && it->second.version == master._version())
-    return it->second.value.blocks;
+  if (const auto* stored = current_fp8(fp8_cache_, master)) return stored->value.blocks;
   torch::NoGradGuard no_grad;
   return fp8::quantize_weight(master.detach().to(torch::kCPU)).blocks;
 }
 
 const fp8::Fp8Weight& Transformer::fp8_weight(const torch::Tensor& master) {
-  auto it = fp8_cache_.find(master.unsafeGetTensorImpl());
-  if (it == fp8_cache_.end() || it->second.version != master._version()) {
-    torch::NoGradGuard no_grad;
-    it = fp8_cache_
-             .insert_or_assign(master.unsafeGetTensorImpl(),
-                               Fp8Cast{master._version(), fp8::quantize_weight(master)})
-             .first;
-  }
-  return it->second.value;
+  if (const auto* stored = current_fp8(fp8_cache_, master)) return stored->value;
+  torch::NoGradGuard no_grad;
+  return fp8_cache_
+      .insert_or_assign(master.unsafeGetTensorImpl(),
+                        Fp8Cast{master._version(), fp8::quantize_weight(master)})
+      .first->second.value;
 }
 
 torch::Tensor Transformer::concatenated(const std::vector<torch::Tensor>& masters) {

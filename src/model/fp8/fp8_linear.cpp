@@ -44,7 +44,7 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
     ctx->saved_data["x_scales"] = xq.scales;
     ctx->saved_data["w_codes"] = weight.blocks.codes;
     ctx->saved_data["w_scales"] = weight.blocks.scales;
-    ctx->saved_data["x_like"] = torch::empty({0}, x.options());  // dtype of dx
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());  // dx's
     ctx->saved_data["x_shape"] = x.sizes().vec();
     return shaped_like(fp8_gemm(gemm_operand(xq), weight.operand), x);
   }
@@ -62,9 +62,9 @@ struct Fp8LinearFunction : torch::autograd::Function<Fp8LinearFunction> {
     // the saved activation (dequantised from its FP8 copy) transposed, each in 1x128 groups.
     const torch::Tensor dw = fp8_gemm(gemm_operand(quantize_blocks(dy.t(), 1, kGroup)),
                                       gemm_operand(quantize_blocks(dequantize(xq).t(), 1, kGroup)));
-    const auto x_like = ctx->saved_data["x_like"].toTensor();
+    const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const auto x_shape = ctx->saved_data["x_shape"].toIntVector();
-    return {dx.view(x_shape).to(x_like.scalar_type()), dw};
+    return {dx.view(x_shape).to(x_dtype), dw};
   }
 };
 
