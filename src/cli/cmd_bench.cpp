@@ -245,7 +245,8 @@ bool passes(const validator::CheckSummary& c, const validator::SuggestedThreshol
 // One row per setting (per dishonest weights when `weights`): the worst statistics, pass counts,
 // and the speed of generation against validation on the same threads.
 void print_rows(const char* title, const std::vector<validator::CalibrationRow>& rows,
-                const validator::SuggestedThresholds& suggested, bool weights = false) {
+                const validator::SuggestedThresholds& suggested, const validator::Rules& rules,
+                bool weights = false) {
   std::printf("\n%s\n", title);
   std::printf(
       "%-22s %-5s %5s %6s %4s %6s %6s %11s %9s %8s %7s %-22s %9s %9s %9s %9s %9s %7s %7s %6s\n",
@@ -275,6 +276,14 @@ void print_rows(const char* title, const std::vector<validator::CalibrationRow>&
         static_cast<long long>(r.preemptions),
         1e6 * r.proof_seconds / static_cast<double>(std::max<int64_t>(1, r.generated_tokens)));
     if (c.passed < c.completions) std::printf("    first objection: %s\n", c.first_reason.c_str());
+    std::printf("    files of min_samples completions: %lld/%lld rejected by the file checks",
+                static_cast<long long>(c.groups_rejected), static_cast<long long>(c.groups));
+    if (c.max_group_fp8_ratio >= 0) {
+      std::printf("; error without FP8 / in FP8 %s-%s (rejected as not FP8 below %g)",
+                  fmt_stat(c.min_group_fp8_ratio, 2).c_str(),
+                  fmt_stat(c.max_group_fp8_ratio, 2).c_str(), rules.fp8_precision_ratio);
+    }
+    std::printf("\n");
   }
 }
 
@@ -288,6 +297,10 @@ void print_maxima(const char* what, const validator::HonestMaxima& m, int64_t mi
       fmt_stat(m.max_group_mant_err_mean, 2).c_str(), m.max_sampling_distance,
       static_cast<long long>(m.max_sampling_misses), m.max_logprob_error,
       m.min_stop_prob < 0 ? "-" : fmt::format("{:.3f}", m.min_stop_prob).c_str());
+  if (m.min_group_fp8_ratio >= 0) {
+    std::printf("%s: FP8 precision check, error without FP8 / in FP8 of a file, at least %s\n",
+                what, fmt_stat(m.min_group_fp8_ratio, 2).c_str());
+  }
 }
 
 void run_bench_validate(BenchValidateFlags f) {
@@ -299,7 +312,8 @@ void run_bench_validate(BenchValidateFlags f) {
   o.validator_dtype = validator_compute.dtype;
   o.dtypes = {torch::kFloat32};
   if (model::cpu_has_native_bf16()) o.dtypes.insert(o.dtypes.begin(), torch::kBFloat16);
-  o.settings = validator::calibration_matrix(o.dtypes);
+  const auto rules = validator::Rules::from_config(config, 0);
+  o.settings = validator::calibration_matrix(o.dtypes, rules.fp8);
   if (f.threads > 0) {
     std::erase_if(o.settings,
                   [&](const validator::WorkerSetting& w) { return w.threads != f.threads; });
@@ -316,7 +330,6 @@ void run_bench_validate(BenchValidateFlags f) {
         fmt::format("no worker setting matches --threads {} --only [{}]; they are named like "
                     "\"b8 t2 tight bf16\" (batch, threads: 1 or 2, KV-cache layout, dtype)",
                     f.threads, fmt::join(f.only, ", ")));
-  const auto rules = validator::Rules::from_config(config, 0);
   const auto& t = rules.thresholds;
   std::printf(
       "bench validate: %s, env %s, G %lld, max_tokens %lld, temperature %g; %lld completions per "
@@ -326,8 +339,9 @@ void run_bench_validate(BenchValidateFlags f) {
       static_cast<long long>(rules.rollout.max_tokens), rules.rollout.sampling.temperature,
       static_cast<long long>(o.completions), validator_compute.bf16() ? "bf16" : "fp32");
   std::printf(
-      "current thresholds: toploc %u / %g / %g (file-wide mean %g), sampling tolerance %g, "
-      "misses %lld, log-prob error %g, p(stop) > %g\n",
+      "current thresholds ([%s], rl.precision %s): toploc %u / %g / %g (file-wide mean %g), "
+      "sampling tolerance %g, misses %lld, log-prob error %g, p(stop) > %g\n",
+      rules.fp8 ? "validator.fp8" : "validator", config.get<std::string>("rl.precision").c_str(),
       t.exp_mismatches, t.mant_err_mean, t.mant_err_median, rules.toploc_file_mant_err_mean,
       rules.sampling_tolerance, static_cast<long long>(rules.max_sampling_misses),
       rules.max_logprob_error, rules.eos_min_prob);
@@ -361,13 +375,14 @@ void run_bench_validate(BenchValidateFlags f) {
       "(check_samples: packed prefill and checks), of its prefills one completion at a time and "
       "packed into forwards of 4096 tokens, same threads; the proof "
       "threads' time per generated token\n");
-  print_rows("Honest workers, validator in the worker's dtype:", report.honest, suggested);
-  print_rows("Honest workers, validator in the other dtype:", report.cross, suggested);
+  print_rows("Honest workers, validator in the worker's dtype:", report.honest, suggested, rules);
+  print_rows("Honest workers, validator in the other dtype:", report.cross, suggested, rules);
   if (!report.dishonest.empty()) {
     print_rows(("Dishonest weights: the completions of " + report.dishonest[0].worker.describe() +
-                " checked against other weights:")
+                " checked against other weights, and the same setting rolled out in the other "
+                "precision checked against the honest weights:")
                    .c_str(),
-               report.dishonest, suggested, /*weights=*/true);
+               report.dishonest, suggested, rules, /*weights=*/true);
   }
   std::printf("\n");
   print_maxima("honest maxima, same dtype", report.maxima, rules.min_samples);

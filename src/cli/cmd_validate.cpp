@@ -73,7 +73,9 @@ int toploc_verify(const VerifyFlags& flags) {
         result.stats.logprob_error, verdict.c_str());
   }
   const auto average = validator::average_chunks(all);
-  const bool average_ok = average.mant_err_mean <= rules.toploc_file_mant_err_mean;
+  const auto file_findings = validator::check_file_average(all, rules);
+  for (const auto& f : file_findings) std::printf("file: %s\n", f.text().c_str());
+  const bool average_ok = file_findings.empty();
   std::printf(
       "%zu rows, %lld failed; worst chunk %u exponent mismatches, mantissa error mean %.2f, "
       "median %.0f (thresholds %u / %.1f / %.1f); %lld chunks average %.2f (at most %.2f: %s); "

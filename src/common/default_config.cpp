@@ -182,6 +182,16 @@ max_file_seconds = 100.0  # a file whose checks take longer is rejected ("time b
 max_file_rows = 4096    # a file with more rows is rejected (an honest one holds infer.groups_per_submission x rl.group_size)
 max_reward_checks = 64  # completions per file whose reward the verifier recomputes: a random sample the worker cannot predict
 
+[validator.fp8]         # the numerical thresholds above, in runs that roll out in FP8 (rl.precision = fp8-rollout | fp8): FP8 rounding turns the last-bit differences between honest machines into whole FP8 steps; calibrated with `trellis bench validate --set rl.precision=fp8` (docs/validation.md#fp8)
+toploc_exp_mismatches = 38
+toploc_mant_err_mean = 10.0
+toploc_mant_err_median = 8.0
+toploc_file_mant_err_mean = 2.5
+sampling_tolerance = 0.2
+max_sampling_misses = 0
+max_logprob_error = 0.1
+precision_ratio = 0.6   # a file whose rows match the policy computed without FP8 this much better (error below this times the error in FP8) was not rolled out in FP8: rejected
+
 [shardcast]             # checkpoint broadcast: trainer (origin) -> relays -> workers (specs/shardcast.md)
 relays = 1              # `trellis run`: relays to start; 0 = workers fetch from the trainer's origin
 tree = "star"           # `trellis run`: star (every relay pulls from the origin) | chain (each from the one before)

@@ -66,7 +66,8 @@ const char* kv_layout_name(KvLayout layout) {
 }
 
 std::string WorkerSetting::describe() const {
-  return fmt::format("b{} t{} {} {}", batch, threads, kv_layout_name(layout), dtype_name(dtype));
+  return fmt::format("b{} t{} {} {}{}", batch, threads, kv_layout_name(layout), dtype_name(dtype),
+                     fp8 ? " fp8" : "");
 }
 
 HonestRun generate_honest(model::Transformer& model, const model::Prompting& prompting,
@@ -88,6 +89,7 @@ HonestRun generate_honest(model::Transformer& model, const model::Prompting& pro
 
   auto eo = pipeline::worker_engine_options(config, /*partial=*/false, prompting.tok.vocab_size());
   eo.max_num_seqs = setting.batch;
+  eo.fp8 = setting.fp8;
   if (setting.layout != KvLayout::kPaged) {
     // The longest prompt, and 32 tokens for a length sentence (length_reward.h).
     int64_t prompt = 0;
@@ -199,11 +201,19 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
   s.file_mant_err_mean = average_chunks(stats).mant_err_mean;
   const auto group = static_cast<size_t>(std::max<int64_t>(1, rules.min_samples));
   for (size_t i = 0; i + group <= stats.size(); i += group) {
-    const double a = average_chunks({stats.begin() + static_cast<std::ptrdiff_t>(i),
-                                     stats.begin() + static_cast<std::ptrdiff_t>(i + group)})
-                         .mant_err_mean;
+    const std::vector<SampleStats> part(stats.begin() + static_cast<std::ptrdiff_t>(i),
+                                        stats.begin() + static_cast<std::ptrdiff_t>(i + group));
+    const double a = average_chunks(part).mant_err_mean;
     s.min_group_mant_err_mean = i == 0 ? a : std::min(s.min_group_mant_err_mean, a);
     s.max_group_mant_err_mean = std::max(s.max_group_mant_err_mean, a);
+    ++s.groups;
+    if (!check_file_average(part, rules).empty()) ++s.groups_rejected;
+    if (rules.fp8) {
+      const double without = average_chunks(part, &SampleStats::toploc_without_fp8).mant_err_mean;
+      const double ratio = a > 0 ? without / a : without > 0 ? INFINITY : 1.0;
+      s.min_group_fp8_ratio = i == 0 ? ratio : std::min(s.min_group_fp8_ratio, ratio);
+      s.max_group_fp8_ratio = std::max(s.max_group_fp8_ratio, ratio);
+    }
   }
   // The prefills alone (what check_sample computes first), to tell the model's share of the time
   // from the checks'.
@@ -256,6 +266,10 @@ void HonestMaxima::add(const CheckSummary& s) {
   max_sampling_misses = std::max(max_sampling_misses, s.max_sampling_misses);
   max_logprob_error = std::max(max_logprob_error, s.max_logprob_error);
   max_group_mant_err_mean = std::max(max_group_mant_err_mean, s.max_group_mant_err_mean);
+  if (s.max_group_fp8_ratio >= 0)
+    min_group_fp8_ratio = min_group_fp8_ratio < 0
+                              ? s.min_group_fp8_ratio
+                              : std::min(min_group_fp8_ratio, s.min_group_fp8_ratio);
   if (s.min_stop_prob >= 0)
     min_stop_prob = min_stop_prob < 0 ? s.min_stop_prob : std::min(min_stop_prob, s.min_stop_prob);
 }
@@ -286,15 +300,16 @@ SuggestedThresholds unmeasured_floor() {
   return f;
 }
 
-std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes) {
+std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes,
+                                              bool fp8) {
   std::vector<WorkerSetting> m;
   for (const auto dtype : dtypes) {
-    m.push_back({1, 1, KvLayout::kPaged, dtype});
-    m.push_back({8, 1, KvLayout::kPaged, dtype});
-    m.push_back({8, 2, KvLayout::kPaged, dtype});
-    m.push_back({64, 2, KvLayout::kPaged, dtype});
-    m.push_back({8, 2, KvLayout::kTight, dtype});
-    m.push_back({16, 2, KvLayout::kChunked, dtype});
+    m.push_back({1, 1, KvLayout::kPaged, dtype, fp8});
+    m.push_back({8, 1, KvLayout::kPaged, dtype, fp8});
+    m.push_back({8, 2, KvLayout::kPaged, dtype, fp8});
+    m.push_back({64, 2, KvLayout::kPaged, dtype, fp8});
+    m.push_back({8, 2, KvLayout::kTight, dtype, fp8});
+    m.push_back({16, 2, KvLayout::kChunked, dtype, fp8});
   }
   return m;
 }
@@ -354,14 +369,15 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   // Warm-up, untimed: the first forwards of a model pay for kernel selection and page faults.
   for (const auto& [dtype, m] : models) {
     progress(fmt::format("warm-up {}", dtype_name(dtype)));
-    const auto run = generate_honest(*m, prompting, config, {8, 2, KvLayout::kPaged, dtype}, 8);
+    const auto run =
+        generate_honest(*m, prompting, config, {8, 2, KvLayout::kPaged, dtype, rules.fp8}, 8);
     check_rows(run.rows, rules, stops, vocab, *m, per_forward);
   }
 
   CalibrationReport report;
   report.checked_per_file = static_cast<int64_t>(per_forward);
   // The completions checked against dishonest weights: b8 t2 paged in the validator's dtype.
-  const WorkerSetting reference{8, 2, KvLayout::kPaged, options.validator_dtype};
+  const WorkerSetting reference{8, 2, KvLayout::kPaged, options.validator_dtype, rules.fp8};
   const HonestRun* dishonest_rows = nullptr;
   std::vector<HonestRun> runs;
   runs.reserve(options.settings.size());
@@ -369,6 +385,11 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
     if (!models.count(setting.dtype))
       throw Error(fmt::format("calibration: setting {} needs a dtype that was not loaded",
                               setting.describe()));
+    if (setting.fp8 != rules.fp8)
+      throw Error(
+          fmt::format("calibration: setting {} is not honest in a run with rl.precision "
+                      "= \"{}\"",
+                      setting.describe(), config.get<std::string>("rl.precision")));
     progress("generate " + setting.describe());
     runs.push_back(
         generate_honest(*models[setting.dtype], prompting, config, setting, options.completions));
@@ -431,6 +452,28 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
     row.check = check_rows(dishonest_rows->rows, rules, stops, vocab, *m, per_forward);
     report.dishonest.push_back(std::move(row));
   }
+
+  // A worker that claims the run's precision but rolls out in the other one (a bf16 worker in an
+  // FP8 run saves nothing but skips the run's numerics; an FP8 worker in a bf16 run saves compute):
+  // its completions against the honest validator, which recomputes in the run's precision.
+  WorkerSetting other = dishonest_rows->setting;
+  other.fp8 = !rules.fp8;
+  progress("generate " + other.describe());
+  const HonestRun cheat =
+      generate_honest(*models[other.dtype], prompting, config, other, options.completions);
+  progress(fmt::format("check {} with {}", other.describe(), dtype_name(options.validator_dtype)));
+  torch::set_num_threads(other.threads);
+  CalibrationRow row;
+  row.worker = other;
+  row.validator_dtype = options.validator_dtype;
+  row.validator = rules.fp8 ? "bf16 rollout" : "fp8 rollout";
+  row.generated_tokens = cheat.tokens;
+  row.generation_seconds = cheat.seconds;
+  row.preemptions = cheat.preemptions;
+  row.proof_seconds = cheat.proof_seconds;
+  row.check =
+      check_rows(cheat.rows, rules, stops, vocab, *models[options.validator_dtype], per_forward);
+  report.dishonest.push_back(std::move(row));
   return report;
 }
 

@@ -42,7 +42,8 @@ struct WorkerSetting {
   int threads = 1;    // torch threads
   KvLayout layout = KvLayout::kPaged;
   torch::ScalarType dtype = torch::kFloat32;  // the worker's compute dtype
-  std::string describe() const;               // e.g. "b8 t2 tight bf16"
+  bool fp8 = false;  // linear layers in FP8 (rl.precision fp8-rollout | fp8: model/fp8/)
+  std::string describe() const;  // e.g. "b8 t2 tight bf16", "b8 t2 paged bf16 fp8"
 };
 
 // Honest rollouts of one setting as the rows a worker uploads, and what generating them took.
@@ -58,8 +59,9 @@ struct HonestRun {
 
 // Generates `completions` honest completions (whole groups of rl.group_size, cut to the batch)
 // of the environment of `config` with TOPLOC proofs, as `trellis infer` does: prompts by fixed
-// data sampling, the worker's engine options with the setting's batch and layout, proofs built
-// from the engine's hidden rows. `model` must be in the setting's dtype.
+// data sampling, the worker's engine options with the setting's batch, layout and precision
+// (whatever rl.precision says), proofs built from the engine's hidden rows. `model` must be in the
+// setting's dtype.
 HonestRun generate_honest(model::Transformer& model, const model::Prompting& prompting,
                           const Config& config, const WorkerSetting& setting, int64_t completions);
 
@@ -81,6 +83,11 @@ struct CheckSummary {
   // Rules::min_samples completions (what a validator checks of a small file).
   double file_mant_err_mean = 0;
   double max_group_mant_err_mean = 0, min_group_mant_err_mean = 0;
+  // Groups of Rules::min_samples completions that check_file_average rejects (as files), of how
+  // many; in an FP8 run, each group's average without FP8 over its average in FP8 (the precision
+  // check rejects below Rules::fp8_precision_ratio), at its smallest and largest.
+  int64_t groups = 0, groups_rejected = 0;
+  double min_group_fp8_ratio = -1, max_group_fp8_ratio = -1;  // -1: not an FP8 run
   double seconds = 0;          // wall time of check_samples (packed prefill and checks)
   double prefill_seconds = 0;  // wall time of the same prefills one completion at a time
   double packed_seconds = 0;   // ... packed into forwards of up to 4096 tokens, as the trainer
@@ -106,6 +113,7 @@ struct HonestMaxima {
   double max_logprob_error = 0;
   double min_stop_prob = -1;
   double max_group_mant_err_mean = 0;  // the file-wide TOPLOC average of min_samples completions
+  double min_group_fp8_ratio = -1;     // FP8 runs: the precision check's ratio (-1: none)
   void add(const CheckSummary& summary);
 };
 
@@ -132,8 +140,9 @@ SuggestedThresholds suggest_thresholds(const HonestMaxima& honest,
 SuggestedThresholds unmeasured_floor();
 
 // The default matrix, in each of `dtypes`: b1 t1, b8 t1, b8 t2 and b64 t2 with the paged cache;
-// b8 t2 tight; b16 t2 chunked.
-std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes);
+// b8 t2 tight; b16 t2 chunked. Every setting's linear layers in FP8 when `fp8`.
+std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes,
+                                              bool fp8 = false);
 
 // Dishonest weights (specs/toploc.md §7), changed in place. `relative` noise adds N(0, (relative
 // x RMS of the tensor)^2) to every weight.
@@ -179,10 +188,13 @@ struct CalibrationReport {
 };
 
 // Runs every setting of options.settings (its dtype's model loaded from `model_dir`) and checks
-// its completions against the validator model of each dtype in options.dtypes. The completions of
-// "b8 t2 paged" in options.validator_dtype (else of the first setting) are also checked against
-// dishonest weights: options.noise and 0.3 x that, fp8-e4m3, unrelated weights. Validation runs
-// on the generating setting's threads. on_progress(what) before each piece.
+// its completions against the validator model of each dtype in options.dtypes, under the rules of
+// `config` (an FP8 run's rules when rl.precision says so: every setting must roll out in the
+// run's precision). The completions of "b8 t2 paged" in options.validator_dtype (else of the first
+// setting) are also checked against dishonest weights: options.noise and 0.3 x that, fp8-e4m3,
+// unrelated weights; and the same setting rolled out in the other precision (a worker that claims
+// the run's FP8 but computes in bf16, or the reverse) is checked against the honest validator.
+// Validation runs on the generating setting's threads. on_progress(what) before each piece.
 CalibrationReport calibrate(const std::string& model_dir, const Config& config,
                             const CalibrationOptions& options,
                             const std::function<void(const std::string&)>& on_progress = {});

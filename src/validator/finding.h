@@ -11,7 +11,8 @@ namespace trellis::validator {
 
 struct Finding {
   // "schema", "data sampling", "bounds", "reward", "toploc", "sampling", "termination",
-  // "prefill" (recomputing the checked rows failed), "time budget" (validator.max_file_seconds)
+  // "precision" (an FP8 run's rows not computed in FP8), "prefill" (recomputing the checked rows
+  // failed), "time budget" (validator.max_file_seconds)
   std::string check;
   std::string message;
   std::string text() const { return check + ": " + message; }

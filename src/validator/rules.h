@@ -31,6 +31,7 @@ struct Rules {
   bool proofs = true;             // every completion must carry a TOPLOC proof
   bool fp8 = false;  // the run rolls out in FP8 (rl.precision): recompute with FP8 linear layers
 
+  // The numerical thresholds below come from [validator], or [validator.fp8] in an FP8 run.
   toploc::Thresholds thresholds;  // per chunk: [validator] toploc_* (docs/validation.md)
   // The mantissa error averaged over every chunk a file's checked completions have
   // (sample_checks.h: average_chunks) may not exceed this.
@@ -41,6 +42,10 @@ struct Rules {
   double sampling_tolerance = 0.1;
   int64_t max_sampling_misses = 0;  // tokens per completion allowed outside that tolerance
   double max_logprob_error = 0.05;  // mean |behaviour log-prob - recomputed| per completion
+  // In an FP8 run, a file whose checked chunks' mean mantissa error against the policy computed
+  // without FP8 is below this times their error in FP8 was not rolled out in FP8
+  // (check_file_average); [validator.fp8] precision_ratio.
+  double fp8_precision_ratio = 0.6;
   // > 0: a completion may end on a stop token only where p(stop) > this. Off by default: the
   // sampling check already places the stop token's u exactly, and a floor would reject honest
   // samples of an unlikely stop (see docs/validation.md).

@@ -98,12 +98,13 @@ toploc::ChunkStats worst_chunk(const toploc::Verdict& verdict) {
   return w;
 }
 
-ChunkAverage average_chunks(const std::vector<SampleStats>& samples) {
+ChunkAverage average_chunks(const std::vector<SampleStats>& samples,
+                            toploc::Verdict SampleStats::*verdict) {
   constexpr double kWorstMantissaError = 127;  // 7 mantissa bits
   ChunkAverage a;
   double sum = 0;
   for (const auto& s : samples) {
-    for (const auto& c : s.toploc.chunks) {
+    for (const auto& c : (s.*verdict).chunks) {
       sum += std::min(c.stats.mant_err_mean, kWorstMantissaError);
       ++a.chunks;
     }
@@ -112,10 +113,39 @@ ChunkAverage average_chunks(const std::vector<SampleStats>& samples) {
   return a;
 }
 
+std::vector<Finding> check_file_average(const std::vector<SampleStats>& samples,
+                                        const Rules& rules) {
+  std::vector<Finding> findings;
+  const ChunkAverage average = average_chunks(samples);
+  if (average.mant_err_mean > rules.toploc_file_mant_err_mean) {
+    findings.push_back(
+        {"toploc",
+         fmt::format("the {} proof chunks checked average a mantissa error of {:.2f}, "
+                     "above {} (not the claimed weights or precision)",
+                     average.chunks, average.mant_err_mean, rules.toploc_file_mant_err_mean)});
+  }
+  if (rules.fp8) {
+    const ChunkAverage without = average_chunks(samples, &SampleStats::toploc_without_fp8);
+    if (without.chunks == average.chunks &&
+        without.mant_err_mean < rules.fp8_precision_ratio * average.mant_err_mean) {
+      findings.push_back(
+          {"precision",
+           fmt::format("the {} proof chunks checked match the policy computed without FP8 "
+                       "(mantissa error {:.2f}) far better than in FP8 ({:.2f}, ratio below {}): "
+                       "not rolled out in FP8, as the run's rl.precision says",
+                       average.chunks, without.mant_err_mean, average.mant_err_mean,
+                       rules.fp8_precision_ratio)});
+    }
+  }
+  return findings;
+}
+
 namespace {
 
+// `without_fp8`: in an FP8 run, the same rows recomputed without FP8 (else undefined).
 SampleResult judge(const rollout::RolloutRecord& row, size_t row_index, const Rules& rules,
-                   const std::vector<int32_t>& stops, int64_t vocab, const Recomputed& r) {
+                   const std::vector<int32_t>& stops, int64_t vocab, const Recomputed& r,
+                   const Recomputed* without_fp8) {
   SampleResult result;
   auto& s = result.stats;
   const auto p = static_cast<int64_t>(row.prompt_tokens.size());
@@ -145,6 +175,11 @@ SampleResult judge(const rollout::RolloutRecord& row, size_t row_index, const Ru
                                     rules.thresholds, rules.proof);
     if (!s.toploc.accepted)
       result.findings.push_back({"toploc", fmt::format("row {}: {}", row_index, s.toploc.reason)});
+    if (without_fp8) {
+      s.toploc_without_fp8 = toploc::verify_proof(
+          row.proof, toploc::bf16_bits(without_fp8->hidden.slice(0, 1, n)),
+          static_cast<size_t>(r.hidden.size(1)), rules.thresholds, rules.proof);
+    }
   }
 
   // Verifiable sampling, behaviour log-probs and the stop token's probability.
@@ -218,9 +253,15 @@ std::vector<SampleResult> check_samples(const std::vector<const rollout::Rollout
   }
   if (sane.empty()) return results;
   const auto recomputed = recompute(sane, model_of, rules.fp8);
+  std::vector<Recomputed> without_fp8;  // for the precision check (check_file_average)
+  if (rules.fp8 && (rules.proofs || std::any_of(sane.begin(), sane.end(), [](const auto* row) {
+                      return !row->proof.empty();
+                    })))
+    without_fp8 = recompute(sane, model_of, false);
   for (size_t k = 0; k < sane.size(); ++k) {
     const size_t r = sane_at[k];
-    results[r] = judge(*rows[r], row_indices[r], rules, stops, vocab, recomputed[k]);
+    results[r] = judge(*rows[r], row_indices[r], rules, stops, vocab, recomputed[k],
+                       without_fp8.empty() ? nullptr : &without_fp8[k]);
   }
   return results;
 }

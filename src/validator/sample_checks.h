@@ -40,6 +40,9 @@ struct SampleStats {
   int64_t sampling_misses = 0;  // tokens farther than Rules::sampling_tolerance
   double logprob_error = 0;     // mean |behaviour log-prob - recomputed log-prob|
   double stop_prob = -1;        // p(last token) when the completion ends on a stop token
+  // In an FP8 run (Rules::fp8): the proof against the rows recomputed without FP8, the precision
+  // a worker claiming FP8 must not have used (check_file_average). Empty otherwise.
+  toploc::Verdict toploc_without_fp8;
 };
 
 struct SampleResult {
@@ -77,6 +80,18 @@ struct ChunkAverage {
   int64_t chunks = 0;
   double mant_err_mean = 0;
 };
-ChunkAverage average_chunks(const std::vector<SampleStats>& samples);
+ChunkAverage average_chunks(const std::vector<SampleStats>& samples,
+                            toploc::Verdict SampleStats::*verdict = &SampleStats::toploc);
+
+// The checks of a file's checked completions together:
+//   toploc     their chunks' average mantissa error is at most Rules::toploc_file_mant_err_mean
+//   precision  in an FP8 run, they do not match the policy computed without FP8 far better than
+//              in FP8 (Rules::fp8_precision_ratio). An honest FP8 worker's rows differ from ours
+//              by FP8's rounding noise, which on a trained model is as large as the difference
+//              between FP8 and bf16 rows, so no threshold on the distance tells them apart; the
+//              comparison does: a bf16 worker's rows lie 3-4 times closer to the recomputation
+//              without FP8, an honest worker's no closer than 0.88 times (docs/validation.md#fp8).
+std::vector<Finding> check_file_average(const std::vector<SampleStats>& samples,
+                                        const Rules& rules);
 
 }  // namespace trellis::validator

@@ -80,15 +80,6 @@ Validator::Validator(const Config& config, const model::Prompting& prompting, Mo
   tasks_ = std::make_unique<rl::TaskSource>(*environment_, config,
                                             rl::RlLoopConfig::from_config(config).seed);
   rules_ = std::make_unique<Rules>(Rules::from_config(config, tasks_->dataset_size()));
-  if (rules_->fp8) {
-    // Measured: an honest FP8 worker's file averaged a TOPLOC mantissa error of 1.23 against the
-    // bf16-calibrated 1.2, and was rejected and its node evicted (docs/fp8.md).
-    fail("rl.precision",
-         "'{}' rolls out in FP8, and the validators' thresholds are not calibrated for FP8 yet: "
-         "they would reject honest workers. Use rl.precision = \"bf16\", `trellis rl` (no "
-         "validators), or orchestrator.validation = false",
-         config.get<std::string>("rl.precision"));
-  }
 }
 
 std::vector<size_t> Validator::choose_rows(size_t rows) {
@@ -140,14 +131,8 @@ void Validator::check_models(const rollout::RolloutFile& file, Budget& budget, R
       return;
     }
   }
-  const ChunkAverage average = average_chunks(report.samples);
-  if (average.mant_err_mean > rules_->toploc_file_mant_err_mean) {
-    report.findings.push_back(
-        {"toploc",
-         fmt::format("the {} proof chunks checked average a mantissa error of {:.2f}, "
-                     "above {} (not the claimed weights or precision)",
-                     average.chunks, average.mant_err_mean, rules_->toploc_file_mant_err_mean)});
-  }
+  for (auto& f : check_file_average(report.samples, *rules_))
+    report.findings.push_back(std::move(f));
   if (budget.spent()) report.findings.push_back(budget.finding("the end of the model checks"));
 }
 

@@ -313,6 +313,25 @@ TEST_F(Pipeline, PartialRolloutWorkerFillsEveryStepWithGroupsNamingTheirDraws) {
   EXPECT_GE(files, 2 * steps);
 }
 
+// An FP8 run (rl.precision = fp8, docs/fp8.md): the trainer publishes FP8 policy versions, the
+// worker rolls out in FP8, and the validator, recomputing in FP8 under [validator.fp8], accepts
+// every honest file (under the bf16 thresholds it rejected one and evicted its worker).
+TEST_F(Pipeline, AnFp8RunAcceptsEveryHonestFile) {
+  const fs::path run_dir = dir_ / "fp8";
+  const int steps = 2;
+  const auto r =
+      run_trellis(run_args(run_dir, steps) + " --set run.workers=1 --set rl.precision=fp8");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto rows = read_jsonl(run_dir / "metrics.jsonl");
+  ASSERT_EQ(rows.size(), static_cast<size_t>(steps));
+  for (const auto& row : rows) {
+    EXPECT_EQ(row["samples"].get<double>(), 64);
+    EXPECT_GE(row["submissions/accepted"].get<double>(), 4);
+    EXPECT_EQ(row["submissions/rejected"].get<double>(), 0);
+  }
+  EXPECT_CONTAINS(read_file(run_dir / "logs" / "trainer.log"), "fp8");
+}
+
 TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunCompletes) {
   const fs::path run_dir = dir_ / "killed";
   const int steps = 20;  // long enough that both kills land mid-run

@@ -3,8 +3,8 @@
 // default paged cache, and a tight cache that preempts and re-prefills), pass the validator's
 // model checks with the default rules (four at a time, in one packed forward, as a validator
 // checks a file); the same completions checked against another model's weights fail TOPLOC, and
-// against 1% noise fail the file-wide mean. Also the fp8 e4m3 rounding and the threshold rule on
-// known values.
+// against 1% noise fail the file-wide mean; a worker rolling out in another precision than the
+// run's (FP8 or not) is caught. Also the fp8 e4m3 rounding and the threshold rule on known values.
 #include "validator/calibration.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include "model/checkpoint.h"
 #include "model/presets.h"
 #include "validator/file_checks.h"
+#include "validator/sample_checks.h"
 
 namespace trellis::validator {
 namespace {
@@ -90,6 +91,57 @@ TEST_F(Calibration, HonestCompletionsPassAndFailAgainstOtherWeights) {
   EXPECT_GT(noisy.min_group_mant_err_mean, rules.toploc_file_mant_err_mean)
       << "worst chunk " << noisy.worst.exp_mismatches << " / " << noisy.worst.mant_err_mean;
   EXPECT_LT(maxima.max_group_mant_err_mean, rules.toploc_file_mant_err_mean);
+}
+
+// An FP8 run (rl.precision = fp8): the validator recomputes with FP8 linear layers under the
+// [validator.fp8] thresholds. Honest FP8 completions pass; a worker that claims the run's FP8 but
+// rolls out with linear layers in its compute dtype is caught, and so is the reverse in a bf16
+// run (an FP8 worker saving compute).
+TEST_F(Calibration, AWorkerRollingOutInAnotherPrecisionThanTheRunsIsCaught) {
+  auto model = model::load_transformer(dir_, {torch::kCPU, torch::kFloat32});
+  const auto prompting = model::Prompting::load(dir_, model->config());
+  const auto stops = stop_ids(prompting);
+  const int64_t vocab = prompting.tok.vocab_size();
+  Config fp8_run = config_;
+  fp8_run.apply_override("rl.precision=\"fp8\"");
+  const auto fp8_rules = Rules::from_config(fp8_run, 0);
+  const auto bf16_rules = Rules::from_config(config_, 0);
+  ASSERT_TRUE(fp8_rules.fp8);
+  ASSERT_FALSE(bf16_rules.fp8);
+
+  const auto fp8_rows = generate_honest(*model, prompting, fp8_run,
+                                        {4, 1, KvLayout::kPaged, torch::kFloat32, true}, 8)
+                            .rows;
+  const auto plain_rows =
+      generate_honest(*model, prompting, config_, {4, 1, KvLayout::kPaged, torch::kFloat32}, 8)
+          .rows;
+  ASSERT_EQ(fp8_rows.size(), 8u);
+  ASSERT_EQ(plain_rows.size(), 8u);
+
+  // Honest in their own run: every completion passes, and so does every file of 4 (min_samples).
+  for (const auto& [rows, rules] : {std::pair{&fp8_rows, &fp8_rules}, {&plain_rows, &bf16_rules}}) {
+    const auto check = check_rows(*rows, *rules, stops, vocab, *model, 4);
+    EXPECT_EQ(check.passed, 8) << "fp8 " << rules->fp8 << ": " << check.first_reason;
+    EXPECT_EQ(check.groups, 2);
+    EXPECT_EQ(check.groups_rejected, 0) << "fp8 " << rules->fp8;
+    if (rules->fp8) EXPECT_GT(check.min_group_fp8_ratio, 1);
+  }
+  // Rows without FP8 in the FP8 run: every file is rejected, by the precision check.
+  const auto cheat = check_rows(plain_rows, fp8_rules, stops, vocab, *model, 4);
+  EXPECT_EQ(cheat.groups_rejected, cheat.groups);
+  EXPECT_LT(cheat.max_group_fp8_ratio, 1);
+  std::vector<SampleStats> stats;
+  std::vector<const rollout::RolloutRecord*> first_file;
+  for (size_t i = 0; i < 4; ++i) first_file.push_back(&plain_rows[i]);
+  for (auto& r : check_samples(first_file, {0, 1, 2, 3}, fp8_rules, stops, vocab,
+                               [&](int64_t) -> model::Transformer& { return *model; }))
+    stats.push_back(r.stats);
+  const auto findings = check_file_average(stats, fp8_rules);
+  ASSERT_FALSE(findings.empty());
+  EXPECT_EQ(findings.back().check, "precision") << findings.back().text();
+  // FP8 rows in a bf16 run (a worker saving compute): every file is rejected too.
+  const auto saver = check_rows(fp8_rows, bf16_rules, stops, vocab, *model, 4);
+  EXPECT_EQ(saver.groups_rejected, saver.groups) << "file mean " << saver.min_group_mant_err_mean;
 }
 
 TEST(Fp8E4m3, RoundsToThreeMantissaBitsWithinRange) {

@@ -441,17 +441,35 @@ TEST_F(FileChecks, APolicyTheValidatorCannotFetchLeavesTheFileUnjudged) {
   EXPECT_THROW(validator.validate(signed_file(), {"run", node_.address(), 5, 2, 5}), CannotJudge);
 }
 
-TEST_F(FileChecks, AValidatorRefusesAnFp8RunItsThresholdsWereNotCalibratedFor) {
+// An FP8 run's validator recomputes in FP8 and judges by [validator.fp8]; a bf16 run's by
+// [validator] (calibration_test.cpp: what each catches).
+TEST_F(FileChecks, AnFp8RunIsJudgedByItsOwnThresholds) {
   const ModelOf no_model = [](int64_t) -> model::Transformer& { throw Error("no model"); };
+  const std::vector<std::string> thresholds = {
+      "validator.toploc_file_mant_err_mean=1.1", "validator.fp8.toploc_file_mant_err_mean=2.5",
+      "validator.sampling_tolerance=0.1",        "validator.fp8.sampling_tolerance=0.2",
+      "validator.toploc_exp_mismatches=30",      "validator.fp8.toploc_exp_mismatches=40"};
   for (const char* mode : {"fp8", "fp8-rollout"}) {
-    make({std::string("rl.precision=") + mode});
+    auto overrides = thresholds;
+    overrides.push_back(std::string("rl.precision=") + mode);
+    make(overrides);
     EXPECT_TRUE(rules_->fp8) << mode;
-    const std::string msg = error_of([&] { Validator(*config_, *prompting_, no_model); });
-    EXPECT_NE(msg.find("rl.precision"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("not calibrated"), std::string::npos) << msg;
+    EXPECT_EQ(rules_->toploc_file_mant_err_mean, 2.5) << mode;
+    EXPECT_EQ(rules_->sampling_tolerance, 0.2) << mode;
+    EXPECT_EQ(rules_->thresholds.exp_mismatches, 40u) << mode;
+    EXPECT_NO_THROW(Validator(*config_, *prompting_, no_model)) << mode;
   }
-  make({"rl.precision=bf16"});
-  EXPECT_NO_THROW(Validator(*config_, *prompting_, no_model));
+  auto overrides = thresholds;
+  overrides.push_back("rl.precision=bf16");
+  make(overrides);
+  EXPECT_FALSE(rules_->fp8);
+  EXPECT_EQ(rules_->toploc_file_mant_err_mean, 1.1);
+  EXPECT_EQ(rules_->sampling_tolerance, 0.1);
+  EXPECT_EQ(rules_->thresholds.exp_mismatches, 30u);
+  const std::string msg = error_of([&] { make({"validator.fp8.max_logprob_error=-1"}); });
+  EXPECT_NE(msg.find("validator.fp8.max_logprob_error"), std::string::npos) << msg;
+  const std::string ratio = error_of([&] { make({"validator.fp8.precision_ratio=1.5"}); });
+  EXPECT_NE(ratio.find("validator.fp8.precision_ratio"), std::string::npos) << ratio;
 }
 
 TEST_F(FileChecks, TheValidatorRejectsHostileRowsWithTheirReason) {
