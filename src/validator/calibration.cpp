@@ -374,6 +374,23 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
     check_rows(run.rows, rules, stops, vocab, *m, per_forward);
   }
 
+  // One row of the report: `run`'s completions checked by `model`, on the worker's threads (the
+  // same machine and threads as the worker).
+  const auto checked = [&](const HonestRun& run, torch::ScalarType validator_dtype,
+                           std::string validator, model::Transformer& model) {
+    torch::set_num_threads(run.setting.threads);
+    CalibrationRow row;
+    row.worker = run.setting;
+    row.validator_dtype = validator_dtype;
+    row.validator = std::move(validator);
+    row.generated_tokens = run.tokens;
+    row.generation_seconds = run.seconds;
+    row.preemptions = run.preemptions;
+    row.proof_seconds = run.proof_seconds;
+    row.check = check_rows(run.rows, rules, stops, vocab, model, per_forward);
+    return row;
+  };
+
   CalibrationReport report;
   report.checked_per_file = static_cast<int64_t>(per_forward);
   // The completions checked against dishonest weights: b8 t2 paged in the validator's dtype.
@@ -397,16 +414,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
     if (setting.describe() == reference.describe()) dishonest_rows = &run;
     for (const auto& [dtype, m] : models) {
       progress(fmt::format("check {} with {}", setting.describe(), dtype_name(dtype)));
-      torch::set_num_threads(setting.threads);  // the same machine and threads as the worker
-      CalibrationRow row;
-      row.worker = setting;
-      row.validator_dtype = dtype;
-      row.validator = "honest";
-      row.generated_tokens = run.tokens;
-      row.generation_seconds = run.seconds;
-      row.preemptions = run.preemptions;
-      row.proof_seconds = run.proof_seconds;
-      row.check = check_rows(run.rows, rules, stops, vocab, *m, per_forward);
+      CalibrationRow row = checked(run, dtype, "honest", *m);
       if (row.same_dtype()) {
         report.maxima.add(row.check);
         report.honest.push_back(std::move(row));
@@ -440,17 +448,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
     progress("check " + dishonest_rows->setting.describe() + " with " + d.name);
     auto m = model::load_transformer(model_dir, {options.device, options.validator_dtype});
     d.change(*m);
-    torch::set_num_threads(dishonest_rows->setting.threads);
-    CalibrationRow row;
-    row.worker = dishonest_rows->setting;
-    row.validator_dtype = options.validator_dtype;
-    row.validator = d.name;
-    row.generated_tokens = dishonest_rows->tokens;
-    row.generation_seconds = dishonest_rows->seconds;
-    row.preemptions = dishonest_rows->preemptions;
-    row.proof_seconds = dishonest_rows->proof_seconds;
-    row.check = check_rows(dishonest_rows->rows, rules, stops, vocab, *m, per_forward);
-    report.dishonest.push_back(std::move(row));
+    report.dishonest.push_back(checked(*dishonest_rows, options.validator_dtype, d.name, *m));
   }
 
   // A worker that claims the run's precision but rolls out in the other one (a bf16 worker in an
@@ -462,18 +460,9 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   const HonestRun cheat =
       generate_honest(*models[other.dtype], prompting, config, other, options.completions);
   progress(fmt::format("check {} with {}", other.describe(), dtype_name(options.validator_dtype)));
-  torch::set_num_threads(other.threads);
-  CalibrationRow row;
-  row.worker = other;
-  row.validator_dtype = options.validator_dtype;
-  row.validator = rules.fp8 ? "bf16 rollout" : "fp8 rollout";
-  row.generated_tokens = cheat.tokens;
-  row.generation_seconds = cheat.seconds;
-  row.preemptions = cheat.preemptions;
-  row.proof_seconds = cheat.proof_seconds;
-  row.check =
-      check_rows(cheat.rows, rules, stops, vocab, *models[options.validator_dtype], per_forward);
-  report.dishonest.push_back(std::move(row));
+  report.dishonest.push_back(checked(cheat, options.validator_dtype,
+                                     rules.fp8 ? "bf16 rollout" : "fp8 rollout",
+                                     *models[options.validator_dtype]));
   return report;
 }
 
