@@ -10,9 +10,13 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/kv_cache.h"
-#include "engine/paged_attention.h"
+#include "model/paged_attention.h"
 
 namespace trellis::engine {
+
+using model::kBlockSize;
+using model::paged_attention;
+using model::PagedBatch;
 
 const char* finish_name(Finish finish) {
   switch (finish) {

@@ -4,10 +4,12 @@
 #include <random>
 
 #include "engine/engine.h"
-#include "engine/paged_attention.h"
 #include "model/flops.h"
+#include "model/paged_attention.h"
 
 namespace trellis::engine {
+
+using model::kBlockSize;
 namespace {
 
 std::vector<Request> random_requests(const model::HfConfig& config, const GenerateBenchOptions& o,

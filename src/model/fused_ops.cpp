@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "model/paged_attention.h"
 #include "model/vec_math.h"
 
 namespace trellis::model::fused {
@@ -337,6 +338,8 @@ float attention_scale(const torch::Tensor& q) {
 
 // Folded q [n, kvh, t * group, hd], k/v [n, kvh, s, hd] -> out [n, kvh, t * group, hd]; the
 // probabilities of each query block are appended to probs (if given) for the backward pass.
+// Without v, only the probabilities are computed (a backward recomputing them) and out is
+// undefined.
 torch::Tensor attention_forward(const torch::Tensor& q, const torch::Tensor& k,
                                 const torch::Tensor& v, int64_t t, int64_t q_offset,
                                 std::vector<torch::Tensor>* probs) {
@@ -347,9 +350,10 @@ torch::Tensor attention_forward(const torch::Tensor& q, const torch::Tensor& k,
         torch::matmul(q.narrow(2, i0 * group, n * group), k.narrow(2, 0, keys).transpose(-1, -2))
             .contiguous();
     softmax_rows(p, group, q_offset + i0, attention_scale(q));
-    outs.push_back(torch::matmul(p, v.narrow(2, 0, keys)));
+    if (v.defined()) outs.push_back(torch::matmul(p, v.narrow(2, 0, keys)));
     if (probs != nullptr) probs->push_back(p);
   });
+  if (outs.empty()) return {};
   return outs.size() == 1 ? outs[0] : torch::cat(outs, 2);
 }
 
@@ -379,10 +383,23 @@ std::array<torch::Tensor, 3> attention_backward(const torch::Tensor& q, const to
 // One autograd node for the attention of every sample in a packed stream, so slicing the stream
 // into samples and stitching the outputs back costs no autograd nodes (and no zero-filled
 // slice gradients).
+//
+// Where the paged kernel serves the dtype and head size, the forward is that kernel's
+// (paged_packed_attention), so that the trainer's and the validators' forwards give each token the
+// bits the engine's decode gave it: the same attention in every forward is what keeps the trainer
+// on the engine's policy (and FP8 would otherwise amplify the ulps between two attentions into
+// whole E4M3 codes). The backward then recomputes the probabilities with the matmul path; it
+// differs from the forward's by rounding only, which gradients do not notice. Elsewhere the forward
+// is the matmul path and saves its probabilities.
 struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
   // q: [T, heads, hd]; k, v: [T, kv_heads, hd] -> [T, heads * hd]
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const std::vector<int64_t>& seq_lens) {
+    ctx->saved_data["seq_lens"] = seq_lens;
+    if (paged_kernel_supports(q)) {
+      ctx->save_for_backward({q, k, v});
+      return paged_packed_attention(q, k, v, seq_lens);
+    }
     const int64_t T = q.size(0), kvh = k.size(1);
     auto out = torch::empty({T, q.size(1), q.size(2)}, q.options());
     std::vector<torch::Tensor> saved = {q, k, v};
@@ -396,7 +413,6 @@ struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
       start += len;
     }
     ctx->save_for_backward(saved);
-    ctx->saved_data["seq_lens"] = seq_lens;
     return out.view({T, -1});
   }
 
@@ -404,6 +420,7 @@ struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
     auto saved = ctx->get_saved_variables();
     auto q = saved[0], k = saved[1], v = saved[2];
     auto seq_lens = ctx->saved_data["seq_lens"].toIntVector();
+    const bool recompute = saved.size() == 3;  // the paged forward saved no probabilities
     const int64_t kvh = k.size(1);
     auto dout = grads[0].reshape(q.sizes());
     auto dq = torch::empty_like(q), dk = torch::empty_like(k), dv = torch::empty_like(v);
@@ -414,6 +431,7 @@ struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
       auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
       auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
       auto dos = fold_queries(dout.narrow(0, start, len).unsqueeze(0), kvh);
+      if (recompute) attention_forward(qs, ks, {}, len, 0, &saved);
       auto [gq, gk, gv] = attention_backward(qs, ks, vs, saved, &next, dos, len, 0);
       dq.narrow(0, start, len).copy_(unfold_queries(gq, len).squeeze(0));
       dk.narrow(0, start, len).copy_(gk.squeeze(0).permute({1, 0, 2}));

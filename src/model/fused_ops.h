@@ -27,7 +27,9 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
 
 // Causal attention over a packed stream: q [T, heads, hd], k, v [T, kv_heads, hd]; samples are
 // consecutive runs of seq_lens tokens and each query sees the keys of its own sample up to
-// itself. Returns [T, heads * hd].
+// itself. Returns [T, heads * hd]. On CPU, where the paged kernel serves the dtype and head size,
+// the forward is that kernel's (paged_attention.h): every query gets the bits the engine's decode
+// gives the same token, so the trainer and the validators score rollouts with the engine's numbers.
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const std::vector<int64_t>& seq_lens);
 

@@ -6,7 +6,9 @@
 // ("model.layers.0.self_attn.q_proj.weight", ...); the math runs in the compute dtype (bf16 on
 // hardware that has it), casting weights on the fly so gradients reach the fp32 masters.
 //
-// Three forward paths share every layer function and differ only in attention:
+// Three forward paths share every layer function and differ only in how attention finds its keys
+// (on CPU, (a) and (c) compute each query with the same paged kernel, so a token's numbers do not
+// depend on the path or on what else is in the batch):
 //  (a) forward_packed: several samples concatenated into one token stream, positions restarting
 //      per sample, attention confined to each sample (training, validation prefill);
 //  (b) forward_step: new tokens for a batch of sequences appended to a KVCache (generation);

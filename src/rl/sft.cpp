@@ -11,9 +11,9 @@
 #include "common/logging.h"
 #include "common/run_dir.h"
 #include "engine/engine.h"
-#include "engine/paged_attention.h"
 #include "env/registry.h"
 #include "model/checkpoint.h"
+#include "model/paged_attention.h"
 #include "rl/checkpoints.h"
 #include "rl/optimizer.h"
 #include "rl/packing.h"
@@ -218,7 +218,7 @@ Metrics evaluate_greedy(model::Transformer& model, const model::Prompting& promp
     const auto prompt =
         encode_prompt(prompting, environment.build_prompt(task, {.system_prompt = system_prompt}));
     const int64_t len = static_cast<int64_t>(prompt.size()) + max_tokens;
-    kv_tokens += (len / engine::kBlockSize + 2) * engine::kBlockSize;
+    kv_tokens += (len / model::kBlockSize + 2) * model::kBlockSize;
   }
   engine::EngineOptions eo;
   eo.max_num_seqs = static_cast<int64_t>(tasks.size());

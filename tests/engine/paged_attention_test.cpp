@@ -1,7 +1,7 @@
 // The paged-attention kernel against the composed ATen path (gather each sequence's keys, then the
 // model's reference attention), on a mixed batch of prefill chunks and decodes with scattered,
 // shuffled blocks.
-#include "engine/paged_attention.h"
+#include "model/paged_attention.h"
 
 #include <gtest/gtest.h>
 
@@ -14,6 +14,11 @@
 #include "model/presets.h"
 
 namespace trellis::engine {
+
+using model::kBlockSize;
+using model::paged_attention;
+using model::PagedBatch;
+namespace composed = model::composed;
 namespace {
 
 struct Case {
@@ -87,6 +92,53 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(info.param.dtype == torch::kFloat32 ? "fp32" : "bf16") + "_hd" +
              std::to_string(info.param.head_dim);
     });
+
+// The packed forward's attention (training, validation) gives each query the bits that the engine
+// gives the same token when it decodes the sequence one token at a time beside other sequences,
+// from blocks scattered over a shared pool.
+TEST_P(PagedAttentionTest, PackedSamplesGetTheDecodesBitsExactly) {
+  const auto [dtype, hd, tol] = GetParam();
+  const int64_t H = 4, KV = 2, num_blocks = 16;
+  auto probe = torch::zeros({1, H, hd}, dtype);
+  if (!model::paged_kernel_supports(probe)) GTEST_SKIP() << "no kernel for this dtype here";
+  torch::manual_seed(5);
+  const std::vector<int64_t> lens = {37, 1, 16, 9};
+  const int64_t T = std::accumulate(lens.begin(), lens.end(), int64_t{0});
+  auto q = torch::randn({T, H, hd}).to(dtype), k = torch::randn({T, KV, hd}).to(dtype),
+       v = torch::randn({T, KV, hd}).to(dtype);
+  auto packed = model::paged_packed_attention(q, k, v, lens);
+
+  auto kc = torch::full({num_blocks, KV, hd, kBlockSize}, NAN, q.options()),
+       vc = torch::full({num_blocks, KV, kBlockSize, hd}, NAN, q.options());
+  std::vector<int32_t> pool(num_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), std::mt19937(9));
+  const int64_t S = static_cast<int64_t>(lens.size()), max_blocks = 3;
+  auto tables = torch::zeros({S, max_blocks}, torch::kInt32);
+  std::vector<int64_t> first(S);
+  for (int64_t s = 0, next = 0, start = 0; s < S; start += lens[s], ++s) {
+    first[s] = start;
+    for (int64_t b = 0; b < max_blocks; ++b) tables[s][b] = pool[next++];
+  }
+  // Decode step j feeds token j of every sequence that has one.
+  auto decoded = torch::empty_like(packed);
+  for (int64_t j = 0; j < lens[0]; ++j) {
+    std::vector<int64_t> slots, positions, seqs, rows;
+    for (int64_t s = 0; s < S; ++s) {
+      if (j >= lens[s]) continue;
+      slots.push_back(tables[s][j / kBlockSize].item<int32_t>() * kBlockSize + j % kBlockSize);
+      positions.push_back(j);
+      seqs.push_back(s);
+      rows.push_back(first[s] + j);
+    }
+    auto idx = torch::tensor(rows);
+    PagedBatch batch{torch::tensor(slots), torch::tensor(positions), torch::tensor(seqs), tables};
+    decoded.index_copy_(0, idx,
+                        paged_attention(q.index_select(0, idx), k.index_select(0, idx),
+                                        v.index_select(0, idx), kc, vc, batch));
+  }
+  EXPECT_TRUE(torch::equal(packed, decoded));
+}
 
 TEST(PagedKVCache, ReferenceCountedBlocksAndCopyOnWrite) {
   auto cfg = model::preset_config(model::Arch::Llama, "tiny");

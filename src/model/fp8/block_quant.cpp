@@ -55,14 +55,18 @@ GemmOperand gemm_operand(const BlockQuantized& q) {
   if (q.group_cols != kGroup)
     throw Error(
         fmt::format("gemm_operand: groups of {} columns expected, got {}", kGroup, q.group_cols));
-  return {decode_e4m3(q.codes),
-          q.scales.repeat_interleave(q.group_rows, 0).narrow(0, 0, q.rows()).contiguous()};
+  return {decode_e4m3(q.codes).to(torch::kFloat64), q.scales.repeat_interleave(q.group_rows, 0)
+                                                        .narrow(0, 0, q.rows())
+                                                        .to(torch::kFloat64)
+                                                        .contiguous()};
 }
 
 torch::Tensor fp8_gemm(const GemmOperand& a, const GemmOperand& b) {
   const int64_t k = a.values.size(1);
   if (b.values.size(1) != k)
     throw Error(fmt::format("fp8_gemm: inner dimensions differ ({} and {})", k, b.values.size(1)));
+  // In float64 every group's dot products are exact (see the header), so no summation order and
+  // no choice of GEMM kernel (the library picks by shape) can change a bit of the result.
   torch::Tensor out = torch::zeros({a.values.size(0), b.values.size(0)}, a.values.options());
   for (int64_t g = 0; g * kGroup < k; ++g) {
     const int64_t begin = g * kGroup, width = std::min(kGroup, k - begin);
@@ -72,7 +76,7 @@ torch::Tensor fp8_gemm(const GemmOperand& a, const GemmOperand& b) {
         .mul_(b.row_scales.select(1, g).unsqueeze(0));
     out.add_(partial);
   }
-  return out;
+  return out.to(torch::kFloat32);
 }
 
 }  // namespace trellis::model::fp8

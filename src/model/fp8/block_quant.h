@@ -30,17 +30,24 @@ BlockQuantized quantize_blocks(const torch::Tensor& x, int64_t group_rows, int64
 // float32 [rows, cols]: each code's value times its block's scale.
 torch::Tensor dequantize(const BlockQuantized& q);
 
-// One side of an FP8 GEMM over K (its columns): the decoded codes (exact in float32) and each
-// row's scale for each group of kGroup columns. Requires group_cols == kGroup.
+// One side of an FP8 GEMM over K (its columns): the decoded codes and each row's scale for each
+// group of kGroup columns, in float64. Requires group_cols == kGroup.
 struct GemmOperand {
-  torch::Tensor values;      // float32 [rows, K]
-  torch::Tensor row_scales;  // float32 [rows, ceil(K / kGroup)]
+  torch::Tensor values;      // float64 [rows, K]
+  torch::Tensor row_scales;  // float64 [rows, ceil(K / kGroup)]
 };
 GemmOperand gemm_operand(const BlockQuantized& q);
 
 // out[n, m] = sum over groups g of (A_g[n] . B_g[m]) x a.scale[n, g] x b.scale[m, g]: an FP8
-// GEMM with float32 accumulation whose partial sums are scaled per group of kGroup along K (as
-// DeepSeek-V3's kernels promote them). a: [N, K], b: [M, K]; float32 [N, M] out.
+// GEMM whose partial sums are scaled per group of kGroup along K (as DeepSeek-V3's kernels promote
+// them). a: [N, K], b: [M, K]; float32 [N, M] out.
+//
+// Each group's dot product is exact: an E4M3 product is a multiple of 2^-18 below 2^17.6, so a sum
+// of 128 of them needs at most 43 bits, which float64's 53 hold. The scaling and the sum over
+// groups run in float64 in a fixed order and round once to float32. An FP8 tensor core with fp32
+// accumulation rounds each addition instead; the emulation is as exact as that or more, and it
+// is the same for a row whatever the other rows of the GEMM are: the engine's decode (a few rows)
+// and the trainer's packed forward (thousands) give a token the same bits.
 torch::Tensor fp8_gemm(const GemmOperand& a, const GemmOperand& b);
 
 }  // namespace trellis::model::fp8

@@ -4,9 +4,12 @@
 // 0 .. its position, following the sequence's block table.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include <torch/torch.h>
 
-namespace trellis::engine {
+namespace trellis::model {
 
 constexpr int64_t kBlockSize = 16;  // tokens per KV block: one AVX-512 vector of fp32 scores
 
@@ -30,6 +33,17 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const PagedBatch& batch);
 
+// Whether paged_attention computes queries like q with its CPU kernel (not the composed path).
+bool paged_kernel_supports(const torch::Tensor& q);
+
+// Causal attention over a packed stream (fused::packed_attention's contract: q [T, heads, hd],
+// k, v [T, kv_heads, hd], samples of seq_lens tokens, [T, heads * hd] out) computed by the paged
+// kernel over a pool of blocks holding just these samples. Each query is computed exactly as the
+// engine computes the same token of the same sequence, whatever else shares either batch: the
+// trainer and the validators score a rollout with the bits the engine sampled it from.
+torch::Tensor paged_packed_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const std::vector<int64_t>& seq_lens);
+
 namespace composed {
 // The same from ATen ops: gathers each sequence's keys into a contiguous tensor and runs the
 // model's composed attention. Any device; the tests' second code path.
@@ -38,4 +52,4 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& value_cache, const PagedBatch& batch);
 }  // namespace composed
 
-}  // namespace trellis::engine
+}  // namespace trellis::model

@@ -2,7 +2,7 @@
 // kernels are built around memory: blocks are visited in order with the next ones prefetched, the
 // query heads of a kv group share each block while it is in L1, and bf16 caches are laid out for
 // AVX512-BF16 dot products (vdpbf16ps: two bf16 products per fp32 lane, no conversions).
-#include "engine/paged_attention.h"
+#include "model/paged_attention.h"
 
 #include <ATen/Parallel.h>
 
@@ -31,7 +31,7 @@
 // always_inline: the helpers must be compiled inside each kernel's target variant.
 #define TRELLIS_INLINE inline __attribute__((always_inline))
 
-namespace trellis::engine {
+namespace trellis::model {
 namespace {
 
 namespace vec = model::vec;
@@ -478,7 +478,7 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
                               const torch::Tensor& value_cache, const PagedBatch& batch) {
   check_args(q_in, k_in, key_cache, batch);
   const int64_t hd = q_in.size(2);
-  if (!q_in.device().is_cpu() || !kernel_supports(q_in.scalar_type(), hd)) {
+  if (!paged_kernel_supports(q_in)) {
     return composed::paged_attention(q_in, k_in, v_in, key_cache, value_cache, batch);
   }
   auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
@@ -520,6 +520,44 @@ torch::Tensor paged_attention(const torch::Tensor& q_in, const torch::Tensor& k_
     attend_f32(b, e - b, a);
   });
   return out;
+}
+
+bool paged_kernel_supports(const torch::Tensor& q) {
+  return q.device().is_cpu() && kernel_supports(q.scalar_type(), q.size(-1));
+}
+
+torch::Tensor paged_packed_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                     const torch::Tensor& v, const std::vector<int64_t>& seq_lens) {
+  const int64_t T = q.size(0), S = static_cast<int64_t>(seq_lens.size());
+  int64_t blocks = 0, max_blocks = 1;
+  for (const int64_t len : seq_lens) {
+    blocks += (len + B - 1) / B;
+    max_blocks = std::max(max_blocks, (len + B - 1) / B);
+  }
+  // Each sample's blocks follow the previous sample's; the slots past a sample's end are never
+  // read into a result (the kernels stop at each query's position), zeros keep them defined.
+  const auto pool = [&](std::vector<int64_t> shape) { return torch::zeros(shape, k.options()); };
+  auto key_pool = pool({blocks, k.size(1), k.size(2), B});
+  auto value_pool = pool({blocks, k.size(1), B, k.size(2)});
+  auto slots = torch::empty({T}, torch::kInt64), positions = torch::empty({T}, torch::kInt64);
+  auto token_seq = torch::empty({T}, torch::kInt64);
+  auto tables = torch::zeros({S, max_blocks}, torch::kInt32);
+  int64_t *sp = slots.data_ptr<int64_t>(), *pp = positions.data_ptr<int64_t>();
+  int64_t* qp = token_seq.data_ptr<int64_t>();
+  int32_t* tp = tables.data_ptr<int32_t>();
+  int64_t t = 0, first_block = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t len = seq_lens[s], nb = (len + B - 1) / B;
+    for (int64_t b = 0; b < nb; ++b) tp[s * max_blocks + b] = static_cast<int32_t>(first_block + b);
+    for (int64_t j = 0; j < len; ++j, ++t) {
+      sp[t] = first_block * B + j;
+      pp[t] = j;
+      qp[t] = s;
+    }
+    first_block += nb;
+  }
+  TORCH_CHECK(t == T, "paged_packed_attention: seq_lens must sum to the tokens of q");
+  return paged_attention(q, k, v, key_pool, value_pool, {slots, positions, token_seq, tables});
 }
 
 namespace composed {
@@ -588,4 +626,4 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
 }
 
 }  // namespace composed
-}  // namespace trellis::engine
+}  // namespace trellis::model
