@@ -22,12 +22,6 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRELLIS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TRELLIS_VECTOR_CLONES
-#endif
-
 // always_inline: the helpers must be compiled inside each kernel's target variant.
 #define TRELLIS_INLINE inline __attribute__((always_inline))
 

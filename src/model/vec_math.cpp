@@ -7,12 +7,6 @@
 #endif
 #include <cstring>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRELLIS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TRELLIS_VECTOR_CLONES
-#endif
-
 namespace trellis::model::vec {
 namespace {
 

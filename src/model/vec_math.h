@@ -7,6 +7,14 @@
 
 #include <cstdint>
 
+// Compiles a kernel function for AVX-512, AVX2 and baseline x86-64, picked at load time (GCC;
+// other compilers get the baseline). For the CPU kernel files of the model.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRELLIS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define TRELLIS_VECTOR_CLONES
+#endif
+
 namespace trellis::model::vec {
 
 // bf16 bit patterns <-> fp32. to_bf16 rounds to nearest even and keeps NaN a NaN.
