@@ -20,6 +20,7 @@ PACKAGES=(
   redis-server libhiredis-dev                 # discovery's production backend (tests start a redis-server)
   clang libclang-rt-14-dev                    # libFuzzer for the rollout-file reader's fuzz target
   bubblewrap python3 libseccomp-dev           # the code sandbox (bwrap + seccomp) and interpreter
+  chromium                                    # the dashboard's browser test (headless)
   libgtest-dev
 )
 # Node.js runs the reference implementations in tests/interop (HF tokenizers). A node/npm already on
@@ -42,15 +43,23 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The npm packages pinned by tests/interop/package-lock.json. npm ci rewrites
-# node_modules/.package-lock.json on every install, so that file is absent or older than
+# The npm packages pinned by each package-lock.json: tests/interop (reference implementations) and
+# tests/dashboard (playwright-core, which drives Debian's chromium; it downloads no browser). npm ci
+# rewrites node_modules/.package-lock.json on every install, so that file is absent or older than
 # package-lock.json exactly when the install is missing, interrupted or stale.
-INTEROP="$ROOT/tests/interop"
-if [ ! -f "$INTEROP/node_modules/.package-lock.json" ] ||
-  [ "$INTEROP/package-lock.json" -nt "$INTEROP/node_modules/.package-lock.json" ]; then
-  echo "setup: npm ci in tests/interop"
-  npm ci --prefix "$INTEROP" --no-audit --no-fund --loglevel=error </dev/null
-else
-  echo "setup: tests/interop/node_modules up to date"
+NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$NODE_MAJOR" -lt 20 ]; then
+  echo "setup: warning: Node.js $(node -v) is older than 20, which playwright-core (the dashboard's" \
+    "browser test) needs; install Node.js 20 or later (e.g. from NodeSource) and run setup again"
 fi
+for dir in interop dashboard; do
+  PACKAGE="$ROOT/tests/$dir"
+  if [ ! -f "$PACKAGE/node_modules/.package-lock.json" ] ||
+    [ "$PACKAGE/package-lock.json" -nt "$PACKAGE/node_modules/.package-lock.json" ]; then
+    echo "setup: npm ci in tests/$dir"
+    npm ci --prefix "$PACKAGE" --no-audit --no-fund --loglevel=error </dev/null
+  else
+    echo "setup: tests/$dir/node_modules up to date"
+  fi
+done
 echo "setup: done"

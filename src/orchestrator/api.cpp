@@ -163,7 +163,8 @@ Server::Impl::Impl(ApiOptions o)
       validating(opt.data_dir / "validating"),
       rejected(opt.data_dir / "rejected"),
       nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())),
-      sweep(opt.sweep, state) {
+      sweep(opt.sweep, state),
+      audit(opt.data_dir / "orchestrator.sqlite", state.ledger().keeper().address()) {
   recover();
   routes();
 }
@@ -258,8 +259,12 @@ void Server::Impl::routes() {
         return httplib::Server::HandlerResponse::Handled;
       }
     }
+    const bool dashboard = req.path == "/dashboard" || req.path.starts_with("/dashboard/");
+    if (dashboard) set_dashboard_headers(res);
     if (const auto role = privileged(req); role && !authorized(req, *role)) {
       count_refusal("unauthorized");
+      // A browser asks its user for the credential (the token as the password).
+      if (dashboard) res.set_header("WWW-Authenticate", R"(Basic realm="Trellis dashboard")");
       log::info("orchestrator: refused {} {} from {}: no valid {} token", req.method, req.path,
                 req.remote_addr, role_name(*role));
       refuse_and_close(res, 401, "unauthorized",
@@ -299,6 +304,21 @@ void Server::Impl::routes() {
            guarded([this](const auto& req, auto& res) { verdict(req, res); }));
   svr.Post("/trainer/version",
            guarded([this](const auto& req, auto& res) { trainer_version(req, res); }));
+  svr.Post("/trainer/metrics",
+           guarded([this](const auto& req, auto& res) { trainer_metrics(req, res); }));
+  svr.Post("/relays", guarded([this](const auto& req, auto& res) { relay_report(req, res); }));
+  svr.Get(R"(/dashboard(/|/app\.js|/style\.css)?)",
+          guarded([this](const auto& req, auto& res) { serve_dashboard_file(req, res); }));
+  svr.Get("/dashboard/api/summary",
+          guarded([this](const auto& req, auto& res) { dashboard_summary(req, res); }));
+  svr.Get("/dashboard/api/submissions",
+          guarded([this](const auto& req, auto& res) { dashboard_submissions(req, res); }));
+  svr.Get(R"(/dashboard/api/submissions/([^/]+))",
+          guarded([this](const auto& req, auto& res) { dashboard_submission(req, res); }));
+  svr.Get("/dashboard/api/ledger",
+          guarded([this](const auto& req, auto& res) { dashboard_ledger(req, res); }));
+  svr.Get(R"(/dashboard/api/nodes/([^/]+)/logs)",
+          guarded([this](const auto& req, auto& res) { node_logs(req, res); }));
   svr.Post("/nodes", guarded([this](const auto& req, auto& res) { register_node(req, res); }));
   svr.Post("/heartbeat", guarded([this](const auto& req, auto& res) { heartbeat(req, res); }));
   svr.Post("/tasks", guarded([this](const auto& req, auto& res) { create_task(req, res); }));
@@ -344,7 +364,10 @@ void Server::Impl::routes() {
 std::optional<Role> Server::Impl::privileged(const httplib::Request& req) {
   const std::string& p = req.path;
   if (p.starts_with("/validation/")) return Role::kValidator;
-  if (p == "/trainer/version") return Role::kTrainer;
+  if (p.starts_with("/trainer/")) return Role::kTrainer;
+  // The dashboard shows what only the operator may see (node IPs, logs, every submission).
+  if (p == "/dashboard" || p.starts_with("/dashboard/")) return Role::kTrainer;
+  if (p == "/relays") return Role::kRelay;
   if (req.method == "GET" && (p == "/submissions" || p == "/nodes")) return Role::kTrainer;
   // Accepted rollouts are the trainer's: nobody else may list or copy them (a replay needs
   // another node's file).
@@ -360,8 +383,11 @@ std::optional<Role> Server::Impl::privileged(const httplib::Request& req) {
 
 bool Server::Impl::authorized(const httplib::Request& req, Role role) const {
   const std::string sent = req.get_header_value("Authorization");
+  // The dashboard's browser sends the token as a Basic password (any user name).
+  const std::string password = req.path.starts_with("/dashboard") ? basic_password(sent) : "";
   const auto is = [&](const std::string& token) {
-    return constant_time_equal(sent, "Bearer " + token);
+    return constant_time_equal(sent, "Bearer " + token) ||
+           (!password.empty() && constant_time_equal(password, token));
   };
   switch (role) {
     case Role::kTrainer:
@@ -426,8 +452,10 @@ int Server::start() {
   m.url = m.opt.url.empty() ? fmt::format("http://{}:{}", m.opt.host, m.port) : m.opt.url;
   write_file_atomic(url_file, m.url + "\n");
   m.sweep.start(m.url);
-  log::info("orchestrator: run {} listening on {} (data in {}; ledger kept by {})",
-            m.state.run_id(), m.url, m.opt.data_dir.string(), m.state.ledger().keeper().address());
+  log::info(
+      "orchestrator: run {} listening on {} (data in {}; ledger kept by {}; dashboard at "
+      "{}/dashboard, the trainer token as its password)",
+      m.state.run_id(), m.url, m.opt.data_dir.string(), m.state.ledger().keeper().address(), m.url);
   return m.port;
 }
 

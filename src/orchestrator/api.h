@@ -53,7 +53,13 @@
 //                                       and those holding an unused invite (trainer token)
 //   POST /nodes/<address>/evict         {reason?} (trainer token): the node is cut off -> the
 //                                       node's fields
-//   GET  /allowlist                     {revision, ips}: what relays may serve (public)
+//   GET  /allowlist                     {revision, ips}: what relays may serve (relay token)
+//   POST /relays                        {name, url, versions, ...}: what a relay holds, for the
+//                                       dashboard (relay token)
+//   POST /trainer/metrics               {step, metrics}: a trained step's metrics, for the
+//                                       dashboard (trainer token)
+//   GET  /dashboard, /dashboard/api/... the operator's dashboard (trainer token, also as a Basic
+//                                       password): docs/dashboard.md
 //
 // Every error is JSON {"error": "..."} naming what was wrong; no request can crash the server.
 // docs/orchestrator.md describes each endpoint's checks.

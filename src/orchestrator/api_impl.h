@@ -11,7 +11,10 @@
 //                        PUT /upload/..., GET /steps/<s>/accepted, /rollouts/..., /submissions
 //   api_validation.cpp   trusted validators' verdicts: POST /validation/claim and /verdict,
 //                        GET /validation/files/...
-//   api_trainer.cpp      the trainer's published policy version: POST /trainer/version
+//   api_trainer.cpp      the trainer's published policy version and step metrics: POST
+//                        /trainer/version, /trainer/metrics
+//   api_dashboard.cpp    the operator's dashboard: GET /dashboard (the page) and
+//                        /dashboard/api/... (what it shows); the relays' reports (POST /relays)
 // Only these files include it.
 #pragma once
 
@@ -35,6 +38,7 @@
 #include "orchestrator/api.h"
 #include "orchestrator/credentials.h"
 #include "orchestrator/invite_sweep.h"
+#include "orchestrator/ledger_audit.h"
 #include "orchestrator/signed_url.h"
 #include "orchestrator/state.h"
 #include "orchestrator/step_files.h"
@@ -67,6 +71,20 @@ std::string file_name(const SubmissionKey& key);
 
 std::string describe(const SubmissionKey& key);
 
+// A node as GET /nodes shows it (api_nodes.cpp).
+Json node_json(const Node& n, const PoolPolicy& policy);
+
+// A submission as GET /submissions shows it (api_submissions.cpp).
+Json submission_json(const Submission& s);
+
+// The password of an `Authorization: Basic ...` header; "" for any other or a malformed one
+// (api_dashboard.cpp).
+std::string basic_password(const std::string& authorization);
+
+// What every dashboard answer carries, 401s included: a Content-Security-Policy that runs only
+// the page's own script (every string it shows comes from strangers), no framing, no caching.
+void set_dashboard_headers(httplib::Response& res);
+
 }  // namespace api_detail
 
 struct Server::Impl {
@@ -89,6 +107,14 @@ struct Server::Impl {
   std::map<std::string, int64_t> refused;  // by reason code, since start
   NonceWindow nonces;                      // of the node requests signed within the window
   InviteSweep sweep;                       // invites nodes found in discovery (if any)
+  LedgerAudit audit;                       // the ledger verified for the dashboard
+
+  // What the dashboard shows that no decision depends on, kept in memory: each node's agent state
+  // from its newest heartbeat, and each relay's newest report (POST /relays), at most
+  // kMaxRelayReports of them.
+  std::mutex reports_mu;
+  std::map<std::string, std::string> agent_states;
+  std::map<std::string, Json> relay_reports;
 
   explicit Impl(ApiOptions o);
 
@@ -298,6 +324,34 @@ struct Server::Impl {
 
   // POST /trainer/version {version, public_key?}: the trainer publishes a policy version.
   void trainer_version(const httplib::Request& req, httplib::Response& res);
+
+  // POST /trainer/metrics {step, metrics: {name: number, ...}}: the metrics of a trained step, for
+  // the dashboard (at most kMaxMetrics names of kMaxMetricName bytes).
+  void trainer_metrics(const httplib::Request& req, httplib::Response& res);
+
+  // ---- api_dashboard.cpp: the operator's dashboard --------------------------------------------
+
+  // GET /dashboard, /dashboard/app.js, /dashboard/style.css: the page (embedded at build time).
+  void serve_dashboard_file(const httplib::Request& req, httplib::Response& res);
+
+  // GET /dashboard/api/summary: the run, training, nodes, validation, relays and the ledger's
+  // verification, in one answer the page polls.
+  void dashboard_summary(const httplib::Request& req, httplib::Response& res);
+
+  // GET /dashboard/api/submissions?status=&limit=&before_id=: a page of submissions, newest first.
+  void dashboard_submissions(const httplib::Request& req, httplib::Response& res);
+
+  // GET /dashboard/api/submissions/<id>: one submission, its reason split into the checks that
+  // decided it, and its ledger entries.
+  void dashboard_submission(const httplib::Request& req, httplib::Response& res);
+
+  // GET /dashboard/api/ledger?before_seq=&limit=: a page of ledger entries, newest first, and the
+  // chain's verification.
+  void dashboard_ledger(const httplib::Request& req, httplib::Response& res);
+
+  // POST /relays {name, url, versions, versions_pulled?, shards_pulled?, pull_failures?}: a relay
+  // says what it holds (relay token).
+  void relay_report(const httplib::Request& req, httplib::Response& res);
 };
 
 }  // namespace trellis::orchestrator

@@ -26,7 +26,11 @@ namespace {
 constexpr int64_t kMaxLogLines = 10'000;
 constexpr size_t kMaxLogBytes = 1 << 20;
 
-Json node_json(const Node& n, const PoolPolicy& policy) {
+constexpr size_t kMaxReasonBytes = 1000;  // of an eviction's reason
+
+}  // namespace
+
+Json api_detail::node_json(const Node& n, const PoolPolicy& policy) {
   return {{"address", n.address},
           {"state", node_state(n, now_s(), policy)},
           {"heartbeat_at", n.heartbeat_at},
@@ -40,10 +44,6 @@ Json node_json(const Node& n, const PoolPolicy& policy) {
           {"rejections", n.rejections},
           {"last_rejection", n.last_rejection}};
 }
-
-constexpr size_t kMaxReasonBytes = 1000;  // of an eviction's reason
-
-}  // namespace
 
 void Server::Impl::require_member(const std::string& address) {
   const auto n = state.node(address);
@@ -176,6 +176,10 @@ void Server::Impl::heartbeat(const httplib::Request& req, httplib::Response& res
       refuse(403, "evicted", eviction_message(*state.node(address)));
     case State::Beat::kDead:
       refuse(403, "not_registered", dead_message(*state.node(address)));
+  }
+  if (body.contains("state")) {  // registered nodes only: the map is bounded by the registry
+    std::lock_guard lock(reports_mu);
+    agent_states[address] = body.at("state").get<std::string>();
   }
   const std::optional<Task> task = state.task_for(address, now_s());
   reply_json(res, {{"state", "healthy"},

@@ -33,7 +33,9 @@ namespace {
 
 bool is_sha256_hex(const std::string& s) { return rollout::is_node_address(s); }  // 64 hex digits
 
-Json submission_json(const Submission& s) {
+}  // namespace
+
+Json api_detail::submission_json(const Submission& s) {
   return {{"id", s.id},
           {"step", s.key.step},
           {"node_address", s.key.node_address},
@@ -44,6 +46,7 @@ Json submission_json(const Submission& s) {
           {"size", s.size},
           {"samples", s.counts.samples},
           {"signal_samples", s.counts.signal_samples},
+          {"completion_tokens", s.counts.completion_tokens},
           {"created_at", s.created_at},
           {"uploaded_at", s.uploaded_at},
           {"decided_at", s.decided_at},
@@ -53,8 +56,6 @@ Json submission_json(const Submission& s) {
           {"groups", s.groups},
           {"work_expires", s.work_expires}};
 }
-
-}  // namespace
 
 void Server::Impl::work(const httplib::Request& req, httplib::Response& res) {
   const std::string where = "POST /work";

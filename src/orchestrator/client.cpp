@@ -233,6 +233,14 @@ void Client::publish_version(int64_t version, const std::string& public_key) {
     fail(base_url_ + "/trainer/version", "publishing version {} failed: {}", version, reason(res));
 }
 
+void Client::report_metrics(int64_t step, const Json& metrics) {
+  auto c = connect(base_url_, token_, timeout_s_);
+  const Json body{{"step", step}, {"metrics", metrics}};
+  auto res = c.Post("/trainer/metrics", body.dump(), "application/json");
+  if (!res || res->status != 200)
+    fail(base_url_ + "/trainer/metrics", "reporting step {} failed: {}", step, reason(res));
+}
+
 void Client::register_node(const Identity& node, const std::string& invite) {
   Json j{{"address", node.address()}};
   if (!invite.empty()) j["invite"] = invite;

@@ -110,6 +110,8 @@ class Client {
   // POST /trainer/version: the trainer has published policy version `version`; a non-empty
   // `public_key` (64 hex digits) is recorded as the key that signs its checkpoint manifests.
   void publish_version(int64_t version, const std::string& public_key = "");
+  // POST /trainer/metrics: the metrics of trained `step` (names to numbers), for the dashboard.
+  void report_metrics(int64_t step, const Json& metrics);
 
   // POST /nodes: registers `node` from this machine's IP, so that relays serve it and it may ask
   // for work; `invite` is the nonce of the invite it accepted, if any. Error when refused (e.g.

@@ -94,6 +94,7 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
     // Recorded first: the node may register before its answer reaches us.
     state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now,
                          m.endpoint);
+    state_.record_node_metadata(m.address, discovery::to_json(m).dump(), now);  // the dashboard's
     httplib::Client c = http_client(m.endpoint, opt_.request_timeout_s);
     const auto res = c.Post("/invite", to_json(invite).dump(), "application/json");
     if (res && res->status == 200) {

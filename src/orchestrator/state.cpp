@@ -83,6 +83,22 @@ CREATE INDEX IF NOT EXISTS invites_by_node ON invites (node, expires);
 CREATE INDEX IF NOT EXISTS invites_by_expiry ON invites (expires);
 )sql";
 
+// What the dashboard shows beside the decisions (schema 4, tables only, created when absent): each
+// trained step's metrics as the trainer reported them, and each invited node's discovery metadata
+// (hardware, software version) as the invite sweep read it.
+constexpr const char* kReportTables = R"sql(
+CREATE TABLE IF NOT EXISTS step_metrics (
+  step INTEGER PRIMARY KEY,
+  metrics TEXT NOT NULL,
+  reported_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS node_metadata (
+  address TEXT PRIMARY KEY,
+  metadata TEXT NOT NULL,
+  updated_at REAL NOT NULL
+);
+)sql";
+
 constexpr const char* kIndexes = R"sql(
 CREATE UNIQUE INDEX IF NOT EXISTS submissions_one_open
   ON submissions (step, node, submission)
@@ -213,6 +229,7 @@ State::State(const std::filesystem::path& path, const std::string& run_id, Ident
   if (meta("allowlist_revision").empty()) set_meta("allowlist_revision", "0");
   exec(kTasksTable);
   exec(kInvitesTable);
+  exec(kReportTables);
   ledger_ = std::make_unique<ledger::Ledger>(db_, std::move(keeper), run_id_, policy_.to_json());
   tx.commit();
 }
@@ -379,6 +396,25 @@ void State::record_invite(const std::string& address, const std::string& nonce, 
   Stmt q(db_,
          "INSERT INTO invites (nonce, node, endpoint, sent_at, expires) VALUES (?, ?, ?, ?, ?)");
   q.bind(nonce).bind(address).bind(endpoint).bind(now).bind(expires).step();
+}
+
+void State::record_node_metadata(const std::string& address, const std::string& metadata,
+                                 double now) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "INSERT INTO node_metadata (address, metadata, updated_at) VALUES (?, ?, ?) "
+         "ON CONFLICT (address) DO UPDATE SET metadata = excluded.metadata, "
+         "updated_at = excluded.updated_at");
+  q.bind(address).bind(metadata).bind(now).step();
+}
+
+void State::record_step_metrics(int64_t step, const std::string& metrics, double now) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "INSERT INTO step_metrics (step, metrics, reported_at) VALUES (?, ?, ?) "
+         "ON CONFLICT (step) DO UPDATE SET metrics = excluded.metrics, "
+         "reported_at = excluded.reported_at");
+  q.bind(step).bind(metrics).bind(now).step();
 }
 
 std::string State::node_endpoint(const std::string& address) {
@@ -905,6 +941,77 @@ std::vector<Submission> State::submissions(const std::string& status, std::optio
                      kColumns));
   q.bind(status).bind(step.value_or(-1));
   return read_submissions(q);
+}
+
+std::vector<Submission> State::submissions_page(const std::string& status, int64_t before_id,
+                                                int64_t limit) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, fmt::format("SELECT {} FROM submissions WHERE (?1 = '' OR status = ?1) AND id < ?2 "
+                          "ORDER BY id DESC LIMIT ?3",
+                          kColumns));
+  q.bind(status).bind(before_id).bind(limit);
+  return read_submissions(q);
+}
+
+std::optional<Submission> State::submission(int64_t id) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, fmt::format("SELECT {} FROM submissions WHERE id = ?", kColumns));
+  q.bind(id);
+  if (!q.step()) return std::nullopt;
+  return read_submission(q);
+}
+
+std::vector<ValidatorActivity> State::validator_activity(double since, double now) {
+  std::lock_guard lock(mu_);
+  std::map<std::string, ValidatorActivity> by_name;
+  Stmt decided(db_,
+               "SELECT validator, SUM(status = 'accepted'), SUM(status = 'rejected'), "
+               "SUM(samples), SUM(CASE WHEN decided_at >= ? THEN samples ELSE 0 END), "
+               "MAX(decided_at) FROM submissions WHERE validator != '' AND status IN ('accepted', "
+               "'rejected') GROUP BY validator");
+  decided.bind(since);
+  while (decided.step()) {
+    ValidatorActivity& v = by_name[decided.text(0)];
+    v.accepted = decided.i64(1);
+    v.rejected = decided.i64(2);
+    v.samples = decided.i64(3);
+    v.recent_samples = decided.i64(4);
+    v.last_decided_at = decided.f64(5);
+  }
+  // claimed_by lists every validator that claimed the file: the lease is the last one's.
+  Stmt leased(
+      db_, "SELECT claimed_by FROM submissions WHERE status = 'validating' AND lease_expires > ?");
+  leased.bind(now);
+  while (leased.step()) {
+    const std::string claimed = leased.text(0);
+    const size_t comma = claimed.rfind(", ");
+    ++by_name[comma == std::string::npos ? claimed : claimed.substr(comma + 2)].holding;
+  }
+  std::vector<ValidatorActivity> out;
+  for (auto& [name, v] : by_name) {
+    v.name = name;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<StepMetrics> State::step_metrics(int64_t limit) {
+  std::lock_guard lock(mu_);
+  Stmt q(db_,
+         "SELECT step, reported_at, metrics FROM (SELECT * FROM step_metrics ORDER BY step DESC "
+         "LIMIT ?) ORDER BY step");
+  q.bind(limit);
+  std::vector<StepMetrics> out;
+  while (q.step()) out.push_back({q.i64(0), q.f64(1), q.text(2)});
+  return out;
+}
+
+std::map<std::string, std::string> State::node_metadata() {
+  std::lock_guard lock(mu_);
+  Stmt q(db_, "SELECT address, metadata FROM node_metadata");
+  std::map<std::string, std::string> out;
+  while (q.step()) out[q.text(0)] = q.text(1);
+  return out;
 }
 
 std::vector<Submission> State::accepted(int64_t step) {

@@ -13,6 +13,8 @@
 //   nodes        one row per node address: the IP it last registered from, first and last
 //                registration times, the timestamp its newest registration was signed at,
 //                whether (why, when) it was evicted, and how often validators rejected its files
+//   step_metrics each trained step's metrics, as the trainer reported them (the dashboard's plots)
+//   node_metadata each invited node's discovery metadata: hardware, software version
 //   tasks        roles for node agents to run (id, role, config, the node that has it)
 //   ledger       the run's ledger (ledger/ledger.h), kept by the orchestrator's key: every
 //                registration (new, or from a new IP), file that passed the orchestrator's checks
@@ -150,6 +152,22 @@ struct Registration {
   std::string why;  // kNotAdmitted: what the node lacks and how to get it
 };
 
+// What one validator decided (State::validator_activity).
+struct ValidatorActivity {
+  std::string name;
+  int64_t accepted = 0, rejected = 0;       // files
+  int64_t samples = 0, recent_samples = 0;  // of the files it decided; recent: since `since`
+  double last_decided_at = 0;
+  int64_t holding = 0;  // validating files it holds a lease on now
+};
+
+// A trained step's metrics as the trainer reported them (State::step_metrics).
+struct StepMetrics {
+  int64_t step = 0;
+  double reported_at = 0;
+  std::string metrics;  // a JSON object's text
+};
+
 class State {
  public:
   // Opens (creating if needed) the database at `path`. A new database records `run_id` and a
@@ -192,6 +210,12 @@ class State {
   // that its registration can use it once.
   void record_invite(const std::string& address, const std::string& nonce, double expires,
                      double now, const std::string& endpoint = "");
+  // Records `address`'s discovery metadata (a JSON object's text, parsed and bounded by the
+  // caller), replacing what was recorded before.
+  void record_node_metadata(const std::string& address, const std::string& metadata, double now);
+  // Records the metrics of trained `step` (a JSON object's text, checked by the caller), replacing
+  // an earlier report of the same step (a resumed trainer trains it again).
+  void record_step_metrics(int64_t step, const std::string& metrics, double now);
   // The agent endpoint `address` joined through (its newest used invite's); "" when it never
   // joined by invite.
   std::string node_endpoint(const std::string& address);
@@ -308,6 +332,19 @@ class State {
   // Submissions with `status` ("" = any) of `step` (nothing = any), in id order.
   std::vector<Submission> submissions(const std::string& status = "",
                                       std::optional<int64_t> step = std::nullopt);
+
+  // Up to `limit` submissions with `status` ("" = any) whose id is below `before_id`, newest first
+  // (the dashboard's pages).
+  std::vector<Submission> submissions_page(const std::string& status, int64_t before_id,
+                                           int64_t limit);
+  std::optional<Submission> submission(int64_t id);
+  // Every validator that decided a file or holds a lease at `now`, by name; recent_samples counts
+  // the samples it decided at or after `since`.
+  std::vector<ValidatorActivity> validator_activity(double since, double now);
+  // The reported metrics of the newest `limit` steps, in step order.
+  std::vector<StepMetrics> step_metrics(int64_t limit);
+  // Every recorded node's discovery metadata (a JSON object's text), by address.
+  std::map<std::string, std::string> node_metadata();
 
   // A step's accepted submissions in acceptance order.
   std::vector<Submission> accepted(int64_t step);

@@ -110,6 +110,11 @@ class TrainerService {
       } catch (const Error&) {
       }
       log.write(s, m);
+      try {  // the dashboard plots it; the run does not depend on it
+        client_.report_metrics(s, rl::to_json(m));
+      } catch (const Error& e) {
+        log::warn("step {}: {}", s, e.what());
+      }
       recent_.add(m);
       std::printf("%s\n", rl::console_line(s, cfg_.steps, m, rl::rl_console_fields()).c_str());
       std::fflush(stdout);

@@ -57,16 +57,21 @@ MetricsLog::MetricsLog(const std::filesystem::path& path, int64_t first_step) : 
   write_file_atomic(path, kept);
 }
 
-void MetricsLog::write(int64_t step, const Metrics& metrics) {
-  Json row;
-  row["step"] = step;
+Json to_json(const Metrics& metrics) {
+  Json out = Json::object();
   for (const auto& [name, value] : metrics.items()) {
     if (std::isfinite(value)) {
-      row[name] = value;
+      out[name] = value;
     } else {
-      row[name] = nullptr;  // JSON has no NaN/inf
+      out[name] = nullptr;
     }
   }
+  return out;
+}
+
+void MetricsLog::write(int64_t step, const Metrics& metrics) {
+  Json row = to_json(metrics);
+  row["step"] = step;
   std::ofstream out(path_, std::ios::app);
   out << json_text(row) << "\n";
   out.flush();

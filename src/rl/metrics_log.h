@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/json.h"
+
 namespace trellis::rl {
 
 // Ordered name -> value pairs, as they appear on the console line (metrics.jsonl sorts its keys).
@@ -22,6 +24,9 @@ class Metrics {
  private:
   std::vector<std::pair<std::string, double>> items_;
 };
+
+// The metrics as a JSON object, a non-finite value as null (JSON has no NaN or infinity).
+Json to_json(const Metrics& metrics);
 
 class MetricsLog {
  public:

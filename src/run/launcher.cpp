@@ -219,6 +219,8 @@ class Launcher {
         static_cast<long long>(agents_.size()), static_cast<long long>(workers_),
         workers_ == 1 ? "" : "s", static_cast<long long>(validators_), validators_ == 1 ? "" : "s",
         static_cast<long long>(threads_per_role_), threads_per_role_ == 1 ? "" : "s");
+    std::printf("dashboard %s/dashboard (any user name; the password is in %s)\n", url_.c_str(),
+                (secrets_dir_ / "trainer.token").c_str());
     std::fflush(stdout);
 
     int trainer_status = -1;

@@ -5,6 +5,8 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "common/http_service.h"
+#include "common/json.h"
 #include "common/logging.h"
 #include "shardcast/client.h"
 #include "shardcast/nginx_config.h"
@@ -82,7 +84,13 @@ void Relay::stop() {
   server_.stop();
 }
 
-void Relay::write_local(const Manifest& m) { write_manifest(settings_.server.data_dir, m); }
+void Relay::write_local(const Manifest& m) {
+  write_manifest(settings_.server.data_dir, m);
+  std::lock_guard lock(mu_);
+  held_.clear();
+  for (const VersionEntry& v : m.versions)
+    if (v.complete) held_.push_back(v.version);
+}
 
 void Relay::pull_loop() {
   while (!stopping_) {
@@ -174,9 +182,32 @@ std::string Relay::extra_metrics() const {
 void Relay::allowlist_loop() {
   while (!stopping_) {
     refresh_allowlist();
+    report_versions();
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::duration<double>(settings_.allowlist_poll_s),
                  [&] { return stopping_.load(); });
+  }
+}
+
+void Relay::report_versions() {
+  Json versions;
+  {
+    std::lock_guard lock(mu_);
+    versions = held_;
+  }
+  const Json body = {{"name", settings_.name},
+                     {"url", url()},
+                     {"versions", versions},
+                     {"versions_pulled", versions_pulled_.load()},
+                     {"shards_pulled", shards_pulled_.load()},
+                     {"pull_failures", pull_failures_.load()}};
+  httplib::Client c = http_client(settings_.allowlist_url, 5);
+  c.set_bearer_token_auth(settings_.allowlist_token);
+  const auto res = c.Post("/relays", body.dump(), "application/json");
+  // The dashboard's only: an orchestrator that does not answer is the allowlist poll's to report.
+  if (res && res->status != 200) {
+    log::warn("relay {}: the orchestrator refused its report (HTTP {}): {}", settings_.name,
+              res->status, res->body.substr(0, 200));
   }
 }
 

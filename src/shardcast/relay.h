@@ -61,7 +61,9 @@ class Relay {
   void pull_version(const VersionEntry& entry, const std::vector<Manifest>& upstream);
   void allowlist_loop();
   void refresh_allowlist();
-  void write_local(const Manifest& m);  // manifest.json, under mu_
+  // Tells the orchestrator (POST /relays) which versions this relay holds, for its dashboard.
+  void report_versions();
+  void write_local(const Manifest& m);  // manifest.json, and held_
   std::string extra_metrics() const;
 
   RelaySettings settings_;
@@ -71,7 +73,8 @@ class Relay {
   std::condition_variable cv_;
   std::atomic<bool> stopping_{false};
   std::thread puller_, allowlister_;
-  Manifest local_;  // what manifest.json says; only the puller changes it
+  Manifest local_;             // what manifest.json says; only the puller changes it
+  std::vector<int64_t> held_;  // its complete versions, for the other threads (under mu_)
   std::optional<std::vector<std::string>> allowlist_;  // the orchestrator's last answer
   std::atomic<int64_t> versions_pulled_{0}, shards_pulled_{0}, pull_failures_{0};
 };

@@ -148,13 +148,18 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
           r < f.holdings.size() && f.holdings[r] != Holding::None && static_cast<int>(r) != except;
     return eligible;
   };
-  // The relays for shard i: those listing the version, less `except` and, while any other is
-  // left, those that already failed this shard.
-  const auto eligible_for = [&](size_t i, int except) {
-    auto eligible = eligible_relays(except);
-    auto fresh = eligible;
+  // The relays listing the version, less `except` and those that already failed shard i.
+  const auto fresh_for = [&](size_t i, int except) {
+    auto fresh = eligible_relays(except);
     for (const int r : f.shards[i].failed_relays) fresh[static_cast<size_t>(r)] = false;
-    return std::find(fresh.begin(), fresh.end(), true) != fresh.end() ? fresh : eligible;
+    return fresh;
+  };
+  // The relays for shard i: fresh_for(i, except), or while none is left, every relay listing it
+  // but `except` (a shard must be fetched from somewhere).
+  const auto eligible_for = [&](size_t i, int except) {
+    auto fresh = fresh_for(i, except);
+    return std::find(fresh.begin(), fresh.end(), true) != fresh.end() ? fresh
+                                                                      : eligible_relays(except);
   };
 
   // End game: once every missing byte is being fetched, an idle thread takes the second half
@@ -185,7 +190,9 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       }
     }
     if (!best) return false;
-    const int relay = selector.choose(eligible_for(best_shard, best->relay));
+    // Only to a relay that has not failed this shard: a split is a race for speed, and a part
+    // from a relay that sent wrong bytes before would spoil the whole shard again.
+    const int relay = selector.choose(fresh_for(best_shard, best->relay));
     if (relay < 0) return false;
     auto tail = std::make_shared<Part>();
     {

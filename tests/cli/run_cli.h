@@ -4,10 +4,14 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/files.h"
@@ -25,9 +29,9 @@ struct CliResult {
   std::string output;  // stdout, and stderr too unless dropped
 };
 
-inline CliResult run_trellis(const std::string& args, bool with_stderr = true) {
-  std::string cmd = std::string(TRELLIS_BIN) + " " + args +
-                    (with_stderr ? " 2>&1" : " 2>/dev/null") + " </dev/null";
+// A shell command line with its stderr joined to its stdout and no stdin.
+inline CliResult run_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1 </dev/null";
   CliResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -37,6 +41,29 @@ inline CliResult run_trellis(const std::string& args, bool with_stderr = true) {
   int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+inline CliResult run_trellis(const std::string& args, bool with_stderr = true) {
+  const std::string cmd = std::string(TRELLIS_BIN) + " " + args;
+  return run_command(with_stderr ? cmd : "(" + cmd + " 2>/dev/null)");
+}
+
+// Polls `ready` every 200 ms for up to `seconds`; whether it became true.
+inline bool wait_for(const std::function<bool()>& ready, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (ready()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return ready();
+}
+
+// The URL a server wrote to `file` once it listened (orchestrator.url, relay.url), without the
+// newline.
+inline std::string read_url(const std::filesystem::path& file) {
+  std::string url = read_file(file);
+  while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
+  return url;
 }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {

@@ -128,17 +128,7 @@ class Pipeline : public ::testing::Test {
     return log;
   }
   static std::string url_of(const fs::path& run_dir) {
-    std::string url = read_file(run_dir / "orchestrator.url");
-    while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
-    return url;
-  }
-  static bool wait_for(const std::function<bool()>& done, double seconds) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (done()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-    return done();
+    return read_url(run_dir / "orchestrator.url");
   }
   // The binary as a command line starts with: TRELLIS_BIN for the processes a test starts, and
   // for the roles `trellis run` starts, its own path with symlinks resolved (/proc/self/exe).
@@ -431,7 +421,7 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   const std::string cfg = (run_dir / "config.toml").string();
   write_file_atomic(cfg, config.to_toml());
   const auto url_in = [](const fs::path& file) {
-    EXPECT_TRUE(Pipeline::wait_for([&] { return fs::exists(file); }, 60)) << file;
+    EXPECT_TRUE(wait_for([&] { return fs::exists(file); }, 60)) << file;
     std::string url = fs::exists(file) ? read_file(file) : "";
     while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
     return url;
@@ -488,10 +478,10 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   std::vector<fs::path> node_dir(3);
   for (int i = 0; i < 3; ++i) {
     node_dir[i] = run_dir / "nodes" / ("node-" + std::to_string(i));
-    ASSERT_TRUE(Pipeline::wait_for([&] { return fs::exists(node_dir[i] / "node.key"); }, 60));
+    ASSERT_TRUE(wait_for([&] { return fs::exists(node_dir[i] / "node.key"); }, 60));
     address[i] = Identity::load_or_create(node_dir[i] / "node.key").address();
   }
-  ASSERT_TRUE(Pipeline::wait_for(
+  ASSERT_TRUE(wait_for(
       [&] {
         for (const auto& a : address)
           if (state_of(a) != "healthy") return false;
@@ -500,7 +490,7 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
       120))
       << "the agents were not all invited:\n"
       << orchestrator.log();
-  ASSERT_TRUE(Pipeline::wait_for([&] { return Pipeline::metric_lines(run_dir) >= 2; }, 600))
+  ASSERT_TRUE(wait_for([&] { return Pipeline::metric_lines(run_dir) >= 2; }, 600))
       << "no training:\n"
       << trainer.log();
   for (const auto& from : ip) EXPECT_EQ(relay_answers(from), 200) << from;
@@ -529,12 +519,12 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
     for (const auto& e : fs::directory_iterator(node_dir[i] / "logs")) all += read_file(e.path());
     return all;
   };
-  ASSERT_TRUE(Pipeline::wait_for(
+  ASSERT_TRUE(wait_for(
       [&] { return task_log(w).find("fetched policy version") != std::string::npos; }, 300));
   const std::vector<pid_t> before = children_of(agents[w]->pid());
   ASSERT_EQ(before.size(), 1u);
   ::kill(before[0], SIGKILL);
-  ASSERT_TRUE(Pipeline::wait_for(
+  ASSERT_TRUE(wait_for(
       [&] { return task_log(w).find("loaded from the weights cache") != std::string::npos; }, 120))
       << agents[w]->log() << task_log(w);
   const std::vector<pid_t> after = children_of(agents[w]->pid());
@@ -554,20 +544,19 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   const auto since_stop = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
   };
-  ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "unhealthy"; }, 30));
+  ASSERT_TRUE(wait_for([&] { return state_of(address[s]) == "unhealthy"; }, 30));
   EXPECT_GE(since_stop(), 1.0);  // 3 x 0.5 s after its last heartbeat (at most 0.5 s before)
-  ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "dead"; }, 30));
+  ASSERT_TRUE(wait_for([&] { return state_of(address[s]) == "dead"; }, 30));
   EXPECT_GE(since_stop(), 2.5);
   // Off the relay's allowlist (it polls the orchestrator's every second); the others stay on it.
-  EXPECT_TRUE(Pipeline::wait_for([&] { return relay_answers(ip[s]) == 403; }, 10));
+  EXPECT_TRUE(wait_for([&] { return relay_answers(ip[s]) == 403; }, 10));
   EXPECT_EQ(relay_answers(ip[w]), 200);
   const Identity stopped = Identity::load_or_create(node_dir[s] / "node.key");
   orchestrator::Client as_node(url, "", 10);
   EXPECT_CONTAINS(test::error_of([&] { as_node.request_work(stopped, 0, 1); }), "it is Dead");
   agents[s]->signal(SIGCONT);
-  ASSERT_TRUE(Pipeline::wait_for([&] { return state_of(address[s]) == "healthy"; }, 60))
-      << agents[s]->log();
-  EXPECT_TRUE(Pipeline::wait_for([&] { return relay_answers(ip[s]) == 200; }, 10));
+  ASSERT_TRUE(wait_for([&] { return state_of(address[s]) == "healthy"; }, 60)) << agents[s]->log();
+  EXPECT_TRUE(wait_for([&] { return relay_answers(ip[s]) == 200; }, 10));
 
   ASSERT_EQ(trainer.wait(std::chrono::seconds(900)), 0) << trainer.log();
   for (auto& a : agents) EXPECT_EQ(a->stop(SIGTERM, std::chrono::seconds(30)), 0) << a->log();

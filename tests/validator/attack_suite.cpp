@@ -24,31 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool wait_for(const std::function<bool()>& ready, double seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (ready()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return false;
-}
-
-std::string read_url(const fs::path& file) {
-  std::string url = read_file(file);
-  while (!url.empty() && std::isspace(static_cast<unsigned char>(url.back()))) url.pop_back();
-  return url;
-}
-
 CliResult run_attack(const std::string& args) {
-  const std::string cmd = std::string(TRELLIS_ATTACK_BIN) + " " + args + " 2>&1 </dev/null";
-  CliResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  return run_command(std::string(TRELLIS_ATTACK_BIN) + " " + args);
 }
 
 // The checks that may name each attack's rejection (the reason's first word, or a later finding).
