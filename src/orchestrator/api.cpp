@@ -259,7 +259,7 @@ void Server::Impl::routes() {
         return httplib::Server::HandlerResponse::Handled;
       }
     }
-    const bool dashboard = req.path == "/dashboard" || req.path.starts_with("/dashboard/");
+    const bool dashboard = is_dashboard_path(req.path);
     if (dashboard) set_dashboard_headers(res);
     if (const auto role = privileged(req); role && !authorized(req, *role)) {
       count_refusal("unauthorized");
@@ -366,7 +366,7 @@ std::optional<Role> Server::Impl::privileged(const httplib::Request& req) {
   if (p.starts_with("/validation/")) return Role::kValidator;
   if (p.starts_with("/trainer/")) return Role::kTrainer;
   // The dashboard shows what only the operator may see (node IPs, logs, every submission).
-  if (p == "/dashboard" || p.starts_with("/dashboard/")) return Role::kTrainer;
+  if (is_dashboard_path(p)) return Role::kTrainer;
   if (p == "/relays") return Role::kRelay;
   if (req.method == "GET" && (p == "/submissions" || p == "/nodes")) return Role::kTrainer;
   // Accepted rollouts are the trainer's: nobody else may list or copy them (a replay needs
@@ -384,7 +384,7 @@ std::optional<Role> Server::Impl::privileged(const httplib::Request& req) {
 bool Server::Impl::authorized(const httplib::Request& req, Role role) const {
   const std::string sent = req.get_header_value("Authorization");
   // The dashboard's browser sends the token as a Basic password (any user name).
-  const std::string password = req.path.starts_with("/dashboard") ? basic_password(sent) : "";
+  const std::string password = is_dashboard_path(req.path) ? basic_password(sent) : "";
   const auto is = [&](const std::string& token) {
     return constant_time_equal(sent, "Bearer " + token) ||
            (!password.empty() && constant_time_equal(password, token));

@@ -81,6 +81,10 @@ std::string short_text_field(const Json& body, const char* key, const std::strin
 
 }  // namespace
 
+bool api_detail::is_dashboard_path(std::string_view path) {
+  return path == "/dashboard" || path.starts_with("/dashboard/");
+}
+
 std::string api_detail::basic_password(const std::string& authorization) {
   constexpr std::string_view kScheme = "Basic ";
   if (!authorization.starts_with(kScheme) || authorization.size() > 1024) return "";
@@ -128,7 +132,8 @@ void Server::Impl::dashboard_summary(const httplib::Request& req, httplib::Respo
   }
   const auto describe_node = [&](Json j) {
     const std::string address = j.at("address").get<std::string>();
-    j["agent_state"] = agents.contains(address) ? agents.at(address) : "";
+    const auto agent = agents.find(address);
+    j["agent_state"] = agent == agents.end() ? "" : agent->second;
     j["hardware"] = Json();
     j["software_version"] = "";
     if (const auto m = metadata.find(address); m != metadata.end()) {

@@ -77,6 +77,10 @@ Json node_json(const Node& n, const PoolPolicy& policy);
 // A submission as GET /submissions shows it (api_submissions.cpp).
 Json submission_json(const Submission& s);
 
+// `/dashboard` or a path under it: the routes that take a Basic password and carry the
+// dashboard's headers (api_dashboard.cpp).
+bool is_dashboard_path(std::string_view path);
+
 // The password of an `Authorization: Basic ...` header; "" for any other or a malformed one
 // (api_dashboard.cpp).
 std::string basic_password(const std::string& authorization);
