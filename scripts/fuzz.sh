@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each; no TARGET = all of them)
 #
-# Targets: rollout_reader safetensors tokenizer manifest proof config json (fuzz/<name>_fuzz.cpp,
+# Targets: rollout_reader safetensors tokenizer manifest delta proof config json (fuzz/<name>_fuzz.cpp,
 # docs/fuzzing.md). Each is linked from just the sources it needs; every source is compiled once
 # into build-fuzz/obj/ (with clang++, from clang and libclang-rt-14-dev, which scripts/setup.sh
 # installs) and shared between targets. Each target runs for SECONDS on its seeds
@@ -14,7 +14,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_TO_RUN="${1:-60}"
 shift || true
-ALL=(rollout_reader safetensors tokenizer manifest proof config json)
+ALL=(rollout_reader safetensors tokenizer manifest delta proof config json)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
 OUT="$ROOT/build-fuzz"
@@ -47,6 +47,9 @@ sources_of() {
     manifest)
       echo shardcast/manifest.cpp common/json.cpp common/files.cpp common/identity.cpp \
         common/hashing.cpp ;;
+    delta)
+      echo shardcast/weight_delta.cpp shardcast/manifest.cpp common/json.cpp common/files.cpp \
+        common/identity.cpp common/hashing.cpp ;;
     proof) echo toploc/proof.cpp toploc/polynomial.cpp toploc/topk.cpp toploc/verify.cpp ;;
     config) echo common/config.cpp common/default_config.cpp common/files.cpp ;;
     json) echo common/json.cpp common/files.cpp ;;
@@ -58,6 +61,7 @@ libs_of() {
     rollout_reader) pkg-config --libs thrift libzstd libsodium ;;
     tokenizer) pkg-config --libs libpcre2-8 icu-uc ;;
     manifest) pkg-config --libs libsodium ;;
+    delta) pkg-config --libs libsodium libzstd ;;
   esac
 }
 

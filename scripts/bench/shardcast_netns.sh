@@ -19,12 +19,19 @@
 #   the relays poll (relay.poll_s = POLL_S) and the clients wait for it to be listed; time from the
 #   start of publishing until every client holds the verified version.
 #
+# Weight deltas (DELTA_FRACTION, e.g. 0.01): the checkpoint is a safetensors file of one bf16
+# tensor instead of random bytes, and each new version moves that fraction of its elements by one
+# ulp, as an RL step does. The origin publishes a delta against the version before (DELTAS=1,
+# the default; DELTAS=0 publishes with --no-delta, for the comparison), the relays make the full
+# version from it, and in phase 2 every client holds the version before (`shardcast fetch --base`).
+#
 #   sudo scripts/bench/shardcast_netns.sh
 #   sudo RELAY_MBIT=100 REPEATS=5 scripts/bench/shardcast_netns.sh
 #
 # Environment (default): TRELLIS (build/trellis; copied before use, so a rebuild cannot change it
 # mid-run), RELAYS (2), CLIENTS (4), RELAY_MBIT (200), SIZE_MIB (256), SHARD_MIB (8), PARALLEL (8),
 # REPEATS (3), CHOICES ("weighted fastest"), POLL_S (0.2), PIPELINED (1), REFERENCE (1),
+# DELTA_FRACTION ("": random bytes, no deltas), DELTAS (1),
 # WORK_ROOT (/dev/shm: a tmpfs, so the clients' fsyncs measure no disk), KEEP_WORK (0; 1 keeps the
 # work directory with every log and stats file).
 set -euo pipefail
@@ -45,6 +52,8 @@ PIPELINED=${PIPELINED:-1}
 REFERENCE=${REFERENCE:-1}
 WORK_ROOT=${WORK_ROOT:-/dev/shm}
 KEEP_WORK=${KEEP_WORK:-0}
+DELTA_FRACTION=${DELTA_FRACTION:-}
+DELTAS=${DELTAS:-1}
 TRELLIS=${TRELLIS:-$PWD/build/trellis}
 PORT=8500
 
@@ -152,14 +161,57 @@ relays_csv=$(
 
 # ---- origin and relays ---------------------------------------------------------------------
 file="$work/checkpoint.bin"
-say "writing $SIZE_MIB MiB of random bytes"
-head -c "$((SIZE_MIB << 20))" /dev/urandom >"$file"
+# weights_step: the next version of a bf16 safetensors checkpoint, DELTA_FRACTION of its elements
+# one ulp up or down; the one before is kept as base.bin (what the clients hold).
+weights_step() {
+  cp "$file" "$work/base.bin"
+  python3 - "$file" "$DELTA_FRACTION" <<'PY'
+import random, struct, sys
+path, fraction = sys.argv[1], float(sys.argv[2])
+with open(path, "r+b") as f:
+    data = bytearray(f.read())
+    start = 8 + struct.unpack("<Q", data[:8])[0]
+    n = (len(data) - start) // 2
+    for i in random.sample(range(n), int(n * fraction)):
+        at = start + 2 * i
+        v = (int.from_bytes(data[at:at + 2], "little") + random.choice((1, 0xFFFF))) & 0xFFFF
+        data[at:at + 2] = v.to_bytes(2, "little")
+    f.seek(0)
+    f.write(data)
+PY
+}
+if [[ -n $DELTA_FRACTION ]]; then
+  say "writing a bf16 safetensors checkpoint of $SIZE_MIB MiB"
+  python3 - "$file" "$((SIZE_MIB << 20))" <<'PY'
+import json, os, sys
+path, size = sys.argv[1], int(sys.argv[2])
+n = (size - 4096) // 2
+header = json.dumps({"weight": {"dtype": "BF16", "shape": [n], "data_offsets": [0, 2 * n]}})
+header += " " * (-len(header) % 8)
+with open(path, "wb") as f:
+    f.write(len(header).to_bytes(8, "little") + header.encode())
+    # Weights of magnitude ~0.01 to 1 (random sign, exponents 120..127, random mantissa): the
+    # high byte keeps its sign and low 2 bits, the rest of the exponent fixed.
+    high = bytes((b & 0x83) | 0x3C for b in range(256))
+    chunk = 1 << 20
+    for at in range(0, n, chunk):
+        m = min(chunk, n - at)
+        raw = bytearray(os.urandom(2 * m))
+        raw[1::2] = raw[1::2].translate(high)
+        f.write(raw)
+PY
+else
+  say "writing $SIZE_MIB MiB of random bytes"
+  head -c "$((SIZE_MIB << 20))" /dev/urandom >"$file"
+fi
 file_sha=$(sha256sum "$file" | cut -d' ' -f1)
+delta_flag=()
+[[ $DELTAS == 1 ]] || delta_flag=(--no-delta)
 
 publish() {  # publish VERSION LOG (and its CPU time in LOG.cpu)
   /usr/bin/time -f '%U %S' -o "$2.cpu" \
     "$bin" shardcast publish "$file" --data-dir "$work/data-origin" --version "$1" \
-    --shard-size-mib "$SHARD_MIB" --keep 2 --key "$work/trainer.key" >"$2" 2>&1
+    --shard-size-mib "$SHARD_MIB" --keep 2 --key "$work/trainer.key" "${delta_flag[@]}" >"$2" 2>&1
 }
 publish 1 "$work/logs/publish-v1.log" || die "publish failed: $(cat "$work/logs/publish-v1.log")"
 key=$(awk '/^trainer key:/ {k = $3} END {print k}' "$work/logs/publish-v1.log")
@@ -259,11 +311,13 @@ record_cpu() {  # record_cpu DIR: "busy idle server-ticks ticks-per-second" sinc
     "$(getconf CLK_TCK)" >"$1/cpu"
 }
 
-# fetch_all DIR VERSION CHOICE: every client starts fetching VERSION at once.
+# fetch_all DIR VERSION CHOICE [BASE]: every client starts fetching VERSION at once (holding
+# VERSION - 1 in BASE, when given).
 client_pids=()
 fetch_all() {
-  local dir=$1 version=$2 choice=${3%-no-endgame} endgame=() c
+  local dir=$1 version=$2 choice=${3%-no-endgame} endgame=() base=() c
   [[ $3 == *-no-endgame ]] && endgame=(--no-endgame)
+  [[ -n ${4:-} ]] && base=(--base "$4" --base-version $((version - 1)))
   client_pids=()
   for c in $(seq 1 "$CLIENTS"); do
     (
@@ -271,7 +325,7 @@ fetch_all() {
       ip netns exec "$tag-c$c" /usr/bin/time -f '%U %S' -o "$dir/client$c.cpu" \
         "$bin" shardcast fetch --relays "$relays_csv" --version "$version" \
         --out "$dir/out$c.bin" --cache-dir "$dir/cache$c" --trainer-key "$key" \
-        --parallel "$PARALLEL" --choice "$choice" "${endgame[@]}" \
+        --parallel "$PARALLEL" --choice "$choice" "${endgame[@]}" "${base[@]}" \
         --stats-json "$dir/client$c.json" \
         >"$dir/client$c.log" 2>&1 || rc=$?
       now >"$dir/client$c.end"
@@ -355,6 +409,12 @@ if [[ $PIPELINED == 1 ]]; then
       version=$((version + 1))
       dir="$work/results/pipelined/$choice/$rep"
       say "pipelined: publish version $version while relays poll, --choice $choice, run $rep"
+      base=""
+      if [[ -n $DELTA_FRACTION ]]; then  # the trainer's step, before the clock starts
+        weights_step
+        file_sha=$(sha256sum "$file" | cut -d' ' -f1)
+        base="$work/base.bin"
+      fi
       start_run "$dir"
       echo "$version" >"$dir/version"
       (
@@ -371,7 +431,7 @@ if [[ $PIPELINED == 1 ]]; then
         sleep 0.05
       done
       now >"$dir/listed"
-      fetch_all "$dir" "$version" "$choice"
+      fetch_all "$dir" "$version" "$choice" "$base"
       wait "$publisher" || die "publish failed: $(cat "$dir/publish.log")"
       finish_run "$dir"
       wait_complete "$version"

@@ -3,6 +3,7 @@
 //   trellis relay nginx-config [CONFIG...] --out DIR    nginx.conf + allowlist.conf for the same
 //   trellis shardcast publish FILE --data-dir D         publish a file as a signed version
 //   trellis shardcast fetch --relays URL[,URL...] --out FILE   fetch and verify a version
+//                          [--base FILE --base-version N]      ... by its delta when it has one
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -75,6 +76,7 @@ void add_publish_command(CLI::App* shardcast) {
     std::string file, data_dir, key;
     int64_t version = -1, step = -1, keep = 5;
     double shard_size_mib = 50;
+    bool no_delta = false;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = shardcast->add_subcommand(
@@ -90,6 +92,8 @@ void add_publish_command(CLI::App* shardcast) {
                   "<data-dir>/../trainer.key)");
   cmd->add_option("--shard-size-mib", args->shard_size_mib, "shard size (default 50)");
   cmd->add_option("--keep", args->keep, "versions kept (default 5)");
+  cmd->add_flag("--no-delta", args->no_delta,
+                "publish no tensor hashes and no delta against the newest earlier version");
   cmd->callback([args] {
     const fs::path data_dir = args->data_dir;
     const fs::path key = args->key.empty() ? fs::absolute(data_dir).parent_path() / "trainer.key"
@@ -104,19 +108,28 @@ void add_publish_command(CLI::App* shardcast) {
     options.shard_size =
         std::max<int64_t>(1, static_cast<int64_t>(args->shard_size_mib * (1 << 20)));
     options.keep = args->keep;
+    options.deltas = !args->no_delta;
     const auto entry = shardcast::publish_version(
         data_dir, version, args->step >= 0 ? args->step : version, args->file, signer, options);
     std::cout << fmt::format("published version {} of {} ({} bytes, {} shards) to {}\n",
                              entry.version, args->file, entry.size, entry.shards.size(),
-                             data_dir.string())
-              << "trainer key: " << signer.address() << "\n";
+                             data_dir.string());
+    if (entry.delta) {
+      std::cout << fmt::format(
+          "delta against version {}: {} bytes ({:.2f}% of the file), {} of {} elements changed\n",
+          entry.delta->base, entry.delta->size,
+          100.0 * static_cast<double>(entry.delta->size) / static_cast<double>(entry.size),
+          entry.delta->changed_elements, entry.delta->elements);
+    }
+    std::cout << "trainer key: " << signer.address() << "\n";
   });
 }
 
 void add_fetch_command(CLI::App* shardcast) {
   struct Args {
     std::string relays, version = "latest", out, trainer_key, cache_dir, choice = "weighted",
-                        source_ip, stats_json;
+                        source_ip, stats_json, base;
+    int64_t base_version = -1;
     bool no_signature_check = false, no_endgame = false;
     int parallel = 8;
     double stall_s = 10, timeout_s = 600;
@@ -141,6 +154,9 @@ void add_fetch_command(CLI::App* shardcast) {
   cmd->add_option("--stall-s", args->stall_s, "abandon a transfer stalled this long (default 10)");
   cmd->add_option("--timeout-s", args->timeout_s, "give the version up after this (default 600)");
   cmd->add_option("--stats-json", args->stats_json, "also write the fetch's statistics here");
+  cmd->add_option("--base", args->base,
+                  "a verified earlier version held here: its successor's delta applies to it");
+  cmd->add_option("--base-version", args->base_version, "the version --base holds");
   cmd->callback([args] {
     if (args->trainer_key.empty() && !args->no_signature_check)
       fail("--trainer-key", "give the trainer's public key, or --no-signature-check");
@@ -172,7 +188,11 @@ void add_fetch_command(CLI::App* shardcast) {
         fail("--version", "'{}' is neither a number nor latest", args->version);
       }
     }
-    const auto report = client.fetch(version, args->out);
+    if (args->base.empty() != (args->base_version < 0))
+      fail("--base", "give --base FILE and --base-version N together");
+    std::optional<shardcast::HeldVersion> held;
+    if (!args->base.empty()) held = shardcast::HeldVersion{args->base_version, args->base};
+    const auto report = client.fetch(version, args->out, held);
     std::cout << "fetched " << report.summary() << "\n";
     if (!args->stats_json.empty()) {
       Json relays = Json::array();
@@ -186,6 +206,9 @@ void add_fetch_command(CLI::App* shardcast) {
       write_file_atomic(args->stats_json,
                         Json{{"version", report.version},
                              {"bytes", report.bytes},
+                             {"full_bytes", report.full_bytes},
+                             {"from_delta", report.from_delta},
+                             {"delta_error", report.delta_error},
                              {"seconds", report.seconds},
                              {"shards_downloaded", report.shards.shards_downloaded},
                              {"shards_reused", report.shards.shards_reused},

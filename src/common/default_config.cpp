@@ -202,6 +202,7 @@ origin_dir = ""         # trainer: where versions are published; "" = <run dir>/
 trainer_key_file = ""   # trainer: Ed25519 key signing the manifests; "" = <run dir>/keys/trainer.key
 shard_size_mib = 50.0   # shard size (the last shard of a version is shorter)
 keep = 5                # versions kept by the origin and every relay (older ones are deleted)
+deltas = true           # trainer: publish each version's changed elements against the one before (docs/shardcast.md)
 parallel = 8            # client: shards downloading at once, from relays drawn by weight
 attempts_per_shard = 6  # client: failed downloads of one shard before its version is given up
 version_timeout_s = 600  # client and relays: a version not complete by then is given up

@@ -122,11 +122,12 @@ void save_transformer(const Transformer& model, const std::filesystem::path& dir
   };
   for (const auto& [name, param] : model.named_parameters()) {
     const torch::Tensor p = param.detach().to(torch::kCPU);
-    if (dtype == StoreDtype::FP8 && fp8_linear_weight(name)) {
+    const bool fp8 = dtype == StoreDtype::FP8 || dtype == StoreDtype::FP8_BF16;
+    if (fp8 && fp8_linear_weight(name)) {
       const fp8::BlockQuantized q = model.fp8_blocks(name);
       add(name, DType::F8_E4M3, q.codes);
       add(scale_name(name), DType::F32, q.scales);
-    } else if (dtype == StoreDtype::BF16) {
+    } else if (dtype == StoreDtype::BF16 || dtype == StoreDtype::FP8_BF16) {
       add(name, DType::BF16, p.to(torch::kBFloat16));
     } else {
       add(name, DType::F32, p.to(torch::kFloat32));
@@ -134,8 +135,9 @@ void save_transformer(const Transformer& model, const std::filesystem::path& dir
   }
   std::filesystem::create_directories(dir);
   HfConfig config = model.config();
-  config.torch_dtype = dtype == StoreDtype::BF16 ? "bfloat16" : "float32";
-  config.fp8_blocks = dtype == StoreDtype::FP8;
+  config.torch_dtype =
+      dtype == StoreDtype::BF16 || dtype == StoreDtype::FP8_BF16 ? "bfloat16" : "float32";
+  config.fp8_blocks = dtype == StoreDtype::FP8 || dtype == StoreDtype::FP8_BF16;
   write_safetensors_dir(dir, tensors, max_shard_bytes);
   config.save(dir);
 }

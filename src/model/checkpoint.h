@@ -18,7 +18,9 @@
 
 namespace trellis::model {
 
-enum class StoreDtype { BF16, F32, FP8 };
+// FP8: the linear layers' weights as FP8 codes and block scales (model/fp8/), the rest fp32;
+// FP8_BF16: the same with the rest bf16 (what an engine computing in bf16 uses of them).
+enum class StoreDtype { BF16, F32, FP8, FP8_BF16 };
 
 // Loads config.json and every parameter. Errors name the file and tensor: a missing tensor, a
 // shape that does not match config.json, an unsupported dtype, an unexpected tensor.

@@ -142,13 +142,20 @@ void PolicyFetcher::fetch_once() {
     }
   }
   if (status.policy_version <= above) return;
-  const auto report = client_->fetch_newest(above, status.policy_version, [&](int64_t v) {
-    const fs::path dir = version_dir(dir_, v);
-    fs::create_directories(dir);
-    fs::copy_file(base_model_ / "config.json", dir / "config.json",
-                  fs::copy_options::overwrite_existing);
-    return dir / "model.safetensors";
-  });
+  // The version held is the base its successor's delta applies to.
+  std::optional<shardcast::HeldVersion> held;
+  if (above >= 0)
+    held = shardcast::HeldVersion{above, version_dir(dir_, above) / "model.safetensors"};
+  const auto report = client_->fetch_newest(
+      above, status.policy_version,
+      [&](int64_t v) {
+        const fs::path dir = version_dir(dir_, v);
+        fs::create_directories(dir);
+        fs::copy_file(base_model_ / "config.json", dir / "config.json",
+                      fs::copy_options::overwrite_existing);
+        return dir / "model.safetensors";
+      },
+      held);
   if (!report) return;
   // What the version was verified against, so that a restart can trust the cached copy.
   shardcast::Manifest signed_entry;

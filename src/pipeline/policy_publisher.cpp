@@ -14,7 +14,7 @@ namespace trellis::pipeline {
 namespace fs = std::filesystem;
 
 PolicyPublisher::PolicyPublisher(const Config& config, const fs::path& run_dir,
-                                 const std::atomic<bool>& stop)
+                                 const std::atomic<bool>& stop, bool bf16)
     : identity_([&] {
         fs::path key = config.get<std::string>("shardcast.trainer_key_file");
         if (key.empty()) key = run_dir / "keys" / "trainer.key";
@@ -31,8 +31,11 @@ PolicyPublisher::PolicyPublisher(const Config& config, const fs::path& run_dir,
   publish.shard_size = std::max<int64_t>(
       1, static_cast<int64_t>(config.get<double>("shardcast.shard_size_mib") * (1 << 20)));
   publish.keep = config.get_at_least<int64_t>("shardcast.keep", 1);
-  store_dtype_ = rl::Precision::from_config(config).rollout_fp8 ? model::StoreDtype::FP8
-                                                                : model::StoreDtype::F32;
+  publish.deltas = config.get<bool>("shardcast.deltas");
+  if (rl::Precision::from_config(config).rollout_fp8)
+    store_dtype_ = bf16 ? model::StoreDtype::FP8_BF16 : model::StoreDtype::FP8;
+  else
+    store_dtype_ = bf16 ? model::StoreDtype::BF16 : model::StoreDtype::F32;
   origin_ = std::make_unique<shardcast::Origin>(origin_dir_, identity_, publish);
   shardcast::ServerOptions server;
   server.host = config.get<std::string>("shardcast.origin_host");
@@ -58,8 +61,25 @@ void PolicyPublisher::publish(int64_t version, const model::Transformer& model) 
   origin_->publish(version, version, dir / "model.safetensors",
                    [this, dir](const shardcast::VersionEntry& entry) {
                      fs::remove_all(dir);
+                     {
+                       std::lock_guard lock(mu_);
+                       last_ = {entry.version, entry.size, entry.size, -1, 0};
+                       if (entry.delta) {
+                         last_.bytes = entry.delta->size;
+                         last_.unchanged_fraction =
+                             1.0 -
+                             static_cast<double>(entry.delta->changed_elements) /
+                                 static_cast<double>(std::max<int64_t>(entry.delta->elements, 1));
+                         last_.changed_bytes = entry.delta->changed_bytes;
+                       }
+                     }
                      announce(entry.version);
                    });
+}
+
+BroadcastStats PolicyPublisher::last_broadcast() const {
+  std::lock_guard lock(mu_);
+  return last_;
 }
 
 void PolicyPublisher::announce(int64_t version) {

@@ -71,7 +71,7 @@ class TrainerService {
         "level {}",
         weights.string(), compute.describe(), group.world(), group.world() > 1 ? "s" : "",
         cfg_.steps, cfg_.batch_size, cfg_.group_size, cfg_.async_level);
-    publisher_ = std::make_unique<PolicyPublisher>(config, run_dir, stop);
+    publisher_ = std::make_unique<PolicyPublisher>(config, run_dir, stop, compute.bf16());
     log::info("orchestrator {}, policies through the origin {}", client_.base_url(),
               publisher_->origin_url());
   }
@@ -103,6 +103,7 @@ class TrainerService {
       const double step_time = now_s() - t0;
       m.set("time/step", step_time);
       m.set("trainer/idle_frac", waited / std::max(1e-9, step_time));
+      write_broadcast_metrics(publisher_->last_broadcast(), m);
       trained_ += static_cast<int64_t>(batch_.size());
       m.set("samples/trained", static_cast<double>(trained_));
       try {  // what the workers, the orchestrator and its validators did so far, for the report
@@ -136,6 +137,18 @@ class TrainerService {
       }
     }
     return n;
+  }
+
+  // What the newest published version cost to broadcast: its full size and what a worker holding
+  // the version before it downloads (its delta, or the full file without one).
+  static void write_broadcast_metrics(const BroadcastStats& b, rl::Metrics& m) {
+    if (b.version < 0) return;
+    m.set("broadcast/version", static_cast<double>(b.version));
+    m.set("broadcast/full_bytes", static_cast<double>(b.full_bytes));
+    m.set("broadcast/bytes", static_cast<double>(b.bytes));
+    if (b.unchanged_fraction < 0) return;
+    m.set("broadcast/unchanged_frac", b.unchanged_fraction);
+    m.set("broadcast/changed_bytes", static_cast<double>(b.changed_bytes));
   }
 
   // The pool's side of the step (orchestrator/client.h Status): files by status, samples generated

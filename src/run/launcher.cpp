@@ -436,14 +436,22 @@ class Launcher {
     } else {
       std::printf(
           "step %lld/%lld | reward %.3f | 10-step mean %.3f | len %.1f | stale %.1f | rollout "
-          "%.0f tok/s | trainer idle %.0f%% | %s | nodes running %lld/%lld%s\n",
+          "%.0f tok/s | trainer idle %.0f%% | %s%s | nodes running %lld/%lld%s\n",
           static_cast<long long>(step), static_cast<long long>(steps_), number(m, "reward/mean"),
           metrics_.recent_reward(), number(m, "seq_len/mean"), number(m, "staleness/mean"),
           s.rollout_tokens_per_s, 100 * number(m, "trainer/idle_frac"), pool.c_str(),
-          static_cast<long long>(running), static_cast<long long>(agents_.size()),
+          broadcast_view(m).c_str(), static_cast<long long>(running),
+          static_cast<long long>(agents_.size()),
           restarts_ > 0 ? fmt::format(" | restarts {}", restarts_).c_str() : "");
     }
     std::fflush(stdout);
+  }
+
+  // " | version 12: 1.3 MB of 48.2 MB", the last version's broadcast, when the trainer logged it.
+  static std::string broadcast_view(const Json& m) {
+    if (!m.is_object() || !m.contains("broadcast/full_bytes")) return "";
+    return fmt::format(" | version {}: {:.1f} of {:.1f} MB", number(m, "broadcast/version"),
+                       number(m, "broadcast/bytes") / 1e6, number(m, "broadcast/full_bytes") / 1e6);
   }
 
   // The agents first (each stops its task; workers have exited on their own once the run is

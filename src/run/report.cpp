@@ -69,6 +69,15 @@ const std::vector<GroupSpec>& groups() {
        "seconds",
        {{"time/step", "step"}, {"time/wait_for_data", "wait for data"}}},
       {"idle", "Trainer idle fraction", "fraction", {{"trainer/idle_frac", "trainer idle"}}},
+      {"broadcast",
+       "Bytes per policy version (SHARDCAST: the delta a worker holding the version before "
+       "downloads, against the full version)",
+       "bytes",
+       {{"broadcast/bytes", "delta (full when none)"}, {"broadcast/full_bytes", "full"}}},
+      {"unchanged",
+       "Weights unchanged from the version before",
+       "element fraction",
+       {{"broadcast/unchanged_frac", "unchanged"}}},
       {"submissions",
        "Submissions (accepted, rejected by the orchestrator or a validator, waiting for a "
        "verdict, dropped unjudged as surplus)",

@@ -5,11 +5,12 @@
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
 
-ShardAssembler::ShardAssembler(const VersionEntry& entry, fs::path shard_dir, const fs::path& out)
-    : entry_(entry),
+ShardAssembler::ShardAssembler(ShardedFile entry, fs::path shard_dir, const fs::path& out)
+    : entry_(std::move(entry)),
       shard_dir_(std::move(shard_dir)),
-      where_(fmt::format("version {} -> {}", entry.version, out.string())),
-      ready_(entry.shards.size(), false),
+      where_(fmt::format("version {}{} -> {}", entry_.version,
+                         entry_.kind == FileKind::Delta ? "'s delta" : "", out.string())),
+      ready_(entry_.shards.size(), false),
       file_(out) {}
 
 void ShardAssembler::shard_ready(size_t i) {
@@ -34,7 +35,7 @@ void ShardAssembler::shard_ready(size_t i) {
 }
 
 void ShardAssembler::append(size_t i) {
-  const MappedFile shard(shard_dir_ / shard_file_name(i));
+  const MappedFile shard(shard_dir_ / shard_file_name(i, entry_.kind));
   const std::string_view bytes(reinterpret_cast<const char*>(shard.bytes().data()),
                                shard.bytes().size());
   whole_.update(bytes);

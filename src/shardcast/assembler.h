@@ -21,7 +21,7 @@ namespace trellis::shardcast {
 
 class ShardAssembler {
  public:
-  ShardAssembler(const VersionEntry& entry, std::filesystem::path shard_dir,
+  ShardAssembler(ShardedFile entry, std::filesystem::path shard_dir,
                  const std::filesystem::path& out);
 
   // Shard i is verified in shard_dir. Thread-safe: the caller that finds the next shards in
@@ -34,7 +34,7 @@ class ShardAssembler {
  private:
   void append(size_t i);  // one thread at a time
 
-  const VersionEntry& entry_;
+  const ShardedFile entry_;
   const std::filesystem::path shard_dir_;
   const std::string where_;
   std::mutex mu_;  // guards ready_, next_, appending_, error_

@@ -65,7 +65,7 @@ fs::path write_nginx_config(const RelaySettings& settings, const fs::path& out_d
 {limit_req}    }}
     location = /probe.bin {{
 {limit_req}{limit_rate}    }}
-    location ~ "^/v[0-9]{{1,18}}/shard_[0-9]{{5,9}}\.bin$" {{
+    location ~ "^/v[0-9]{{1,18}}/(shard|delta)_[0-9]{{5,9}}\.bin$" {{
 {limit_req}{limit_rate}    }}
     location / {{
       return 404;

@@ -6,6 +6,7 @@
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/logging.h"
+#include "shardcast/weight_delta.h"
 
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
@@ -33,6 +34,33 @@ void apply_retention(const fs::path& data_dir, Manifest& manifest, int64_t keep)
 
 }  // namespace
 
+ShardedFile write_shards(const fs::path& file, const fs::path& dir, int64_t shard_size,
+                         FileKind kind) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail(file.string(), "cannot open the file to publish");
+  ShardedFile out;
+  out.kind = kind;
+  Sha256Stream whole;
+  std::string buffer(static_cast<size_t>(shard_size), '\0');
+  while (true) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got == 0) break;
+    const std::string_view shard(buffer.data(), got);
+    whole.update(shard);
+    AtomicFileWriter shard_out(dir / shard_file_name(out.shards.size(), kind));
+    shard_out.write(shard.data(), shard.size());
+    shard_out.commit();
+    out.shards.push_back({static_cast<int64_t>(got), sha256_hex(shard)});
+    out.size += static_cast<int64_t>(got);
+    if (got < buffer.size()) break;
+  }
+  if (in.bad()) fail(file.string(), "read error while sharding");
+  if (out.shards.empty()) fail(file.string(), "refusing to publish an empty file");
+  out.sha256 = whole.hex();
+  return out;
+}
+
 VersionEntry publish_version(const fs::path& data_dir, int64_t version, int64_t step,
                              const fs::path& file, const Identity& signer,
                              const PublishOptions& options) {
@@ -43,34 +71,41 @@ VersionEntry publish_version(const fs::path& data_dir, int64_t version, int64_t 
 
   const fs::path final_dir = data_dir / version_dir_name(version);
   const fs::path tmp_dir = data_dir / (version_dir_name(version) + ".tmp");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail(file.string(), "cannot open the file to publish");
   VersionEntry entry;
   entry.version = version;
   entry.step = step;
   entry.shard_size = options.shard_size;
-  Sha256Stream whole;
-  std::string buffer(static_cast<size_t>(options.shard_size), '\0');
-  while (true) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    const auto got = static_cast<size_t>(in.gcount());
-    if (got == 0) break;
-    const std::string_view shard(buffer.data(), got);
-    whole.update(shard);
-    AtomicFileWriter out(tmp_dir / shard_file_name(entry.shards.size()));
-    out.write(shard.data(), shard.size());
-    out.commit();
-    entry.shards.push_back({static_cast<int64_t>(got), sha256_hex(shard)});
-    entry.size += static_cast<int64_t>(got);
-    if (got < buffer.size()) break;
+  const ShardedFile full = write_shards(file, tmp_dir, options.shard_size, FileKind::Full);
+  entry.size = full.size;
+  entry.sha256 = full.sha256;
+  entry.shards = full.shards;
+
+  Manifest manifest = read_manifest(data_dir);
+  if (options.deltas) {
+    const FileWeights target(file);
+    const std::vector<WeightRegion> regions = weight_regions(target);
+    entry.tensors = hash_regions(target, regions);
+    const VersionEntry* base = nullptr;
+    for (const auto& v : manifest.versions)
+      if (v.version < version) base = &v;
+    const fs::path delta_file = tmp_dir / "delta.bin";
+    const auto stats =
+        base ? make_delta(ShardWeights(data_dir / version_dir_name(base->version), *base), target,
+                          regions, delta_file)
+             : std::nullopt;
+    // A delta nearly as large as the file saves little and costs every relay a second download.
+    if (stats && static_cast<double>(stats->bytes) <=
+                     options.max_delta_fraction * static_cast<double>(entry.size)) {
+      const ShardedFile d = write_shards(delta_file, tmp_dir, options.shard_size, FileKind::Delta);
+      entry.delta = DeltaInfo{
+          base->version,       d.size, d.sha256, d.shards, stats->changed_elements, stats->elements,
+          stats->changed_bytes};
+    }
+    fs::remove(delta_file);
   }
-  if (in.bad()) fail(file.string(), "read error while publishing");
-  if (entry.shards.empty()) fail(file.string(), "refusing to publish an empty file");
-  entry.sha256 = whole.hex();
   entry.sign(signer);
 
   // Replace an earlier publish of the same number: unlist it, then swap the directory in.
-  Manifest manifest = read_manifest(data_dir);
   if (manifest.find(version)) {
     manifest.erase(version);
     write_manifest(data_dir, manifest);

@@ -1,8 +1,10 @@
 // The SHARDCAST origin (specs/shardcast.md §2): the trainer's side. Publishing version N cuts the
 // file into shards under <data_dir>/v<N>.tmp/, fsyncs them, renames the directory to v<N>/, adds
 // the signed entry to manifest.json (temp file + rename), and only then drops versions beyond the
-// retention count (from the manifest first, then from disk). A crash at any point leaves no
-// partial version listed. `Origin` does this on a background thread so training never waits.
+// retention count (from the manifest first, then from disk). With deltas on, the entry also
+// carries every tensor's hash and a delta against the newest earlier version the origin holds. A
+// crash at any point leaves no partial version listed. `Origin` does this on a background thread so
+// training never waits.
 #pragma once
 
 #include <condition_variable>
@@ -22,7 +24,16 @@ struct PublishOptions {
   int64_t shard_size = int64_t{50} << 20;
   int64_t keep = 5;  // versions kept (the newest)
   int64_t probe_size = int64_t{1} << 20;
+  // Publish each version's tensor hashes and a delta against the version before it
+  // (weight_delta.h), unless the delta exceeds this fraction of the file.
+  bool deltas = true;
+  double max_delta_fraction = 0.5;
 };
+
+// Cuts `file` into shards of `shard_size` in `dir` (shard_file_name(i, kind)), each written
+// atomically, and returns their sizes and hashes with the whole file's (version unset).
+ShardedFile write_shards(const std::filesystem::path& file, const std::filesystem::path& dir,
+                         int64_t shard_size, FileKind kind);
 
 // Publishes `file` as `version` (replacing an existing entry of that number) and returns its
 // entry. Error naming the file or directory when reading or writing fails.

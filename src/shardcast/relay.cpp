@@ -1,5 +1,6 @@
 #include "shardcast/relay.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <random>
 
@@ -8,14 +9,21 @@
 #include "common/http_service.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "shardcast/assembler.h"
 #include "shardcast/client.h"
 #include "shardcast/nginx_config.h"
+#include "shardcast/origin.h"
+#include "shardcast/weight_delta.h"
 
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
 
 namespace {
 constexpr size_t kMaxAllowlist = 1'000'000;  // addresses in one allowlist from the orchestrator
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
 RelaySettings RelaySettings::from_config(const Config& config, const fs::path& run_dir) {
@@ -54,7 +62,10 @@ Relay::Relay(RelaySettings settings)
   ensure_probe_file(settings_.server.data_dir, int64_t{1} << 20);
   local_ = read_manifest(settings_.server.data_dir);  // a restarted relay resumes its versions
   // With an upstream, what is here is re-checked by the first pull; without, served as it is.
-  for (auto& v : local_.versions) v.complete = settings_.upstreams.empty();
+  for (auto& v : local_.versions) {
+    v.complete = settings_.upstreams.empty();
+    v.delta_complete = settings_.upstreams.empty() || !v.delta;
+  }
   write_local(local_);
 }
 
@@ -132,37 +143,89 @@ void Relay::pull_once() {
     if (local_.find(v.version)) continue;
     VersionEntry entry = v;
     entry.complete = false;
+    entry.delta_complete = !entry.delta;
     local_.put(std::move(entry));
     listed = true;
   }
   if (listed) write_local(local_);
   for (int64_t v : gone) fs::remove_all(settings_.server.data_dir / version_dir_name(v));
 
-  // Pull, newest first: clients want the newest.
-  for (auto it = local_.versions.rbegin(); it != local_.versions.rend() && !stopping_; ++it) {
-    if (it->complete) continue;
-    const VersionEntry entry = *it;
+  // Pull, oldest first: each version's delta then applies to the one before it.
+  for (auto& entry : local_.versions) {
+    if (stopping_) break;
+    if (!entry.complete || !entry.delta_complete) pull_version(entry, upstream);
+  }
+}
+
+void Relay::pull_version(VersionEntry& entry,
+                         const std::vector<std::optional<Manifest>>& upstream) {
+  const fs::path dir = settings_.server.data_dir / version_dir_name(entry.version);
+  auto pull = [&](const ShardedFile& file) {
     const FetchStats st = fetch_shards(
-        entry, settings_.server.data_dir / version_dir_name(entry.version), upstreams_,
-        holdings_of(upstream, entry),
+        file, dir, upstreams_, holdings_of(upstream, entry, file.kind),
         [&](const HttpOptions& http) {
-          return holdings_of(fetch_manifests(settings_.upstreams, http), entry);
+          return holdings_of(fetch_manifests(settings_.upstreams, http), entry, file.kind);
         },
         settings_.pull, {}, &stopping_);
     shards_pulled_ += st.shards_downloaded;
     if (!st.complete) {
       ++pull_failures_;
       if (!stopping_)
-        log::warn("relay {}: version {} not complete yet: {}", settings_.name, entry.version,
-                  st.error);
-      continue;
+        log::warn("relay {}: version {}{} not complete yet: {}", settings_.name, entry.version,
+                  file.kind == FileKind::Delta ? "'s delta" : "", st.error);
     }
-    local_.find(entry.version)->complete = true;
+    return st;
+  };
+  const double t0 = now_s();
+  // The delta first: it is small, and the workers holding the base want nothing else.
+  if (entry.delta && !entry.delta_complete && pull(ShardedFile::delta_of(entry)).complete) {
+    entry.delta_complete = true;
     write_local(local_);
-    ++versions_pulled_;
-    log::info("relay {}: version {} complete ({} shards pulled in {:.2f} s)", settings_.name,
-              entry.version, st.shards_downloaded, st.seconds);
   }
+  if (entry.complete) return;
+  bool made = false;
+  const VersionEntry* base = entry.delta ? local_.find(entry.delta->base) : nullptr;
+  if (entry.delta_complete && base && base->complete) {
+    try {
+      materialize(entry, *base);
+      made = true;
+      ++versions_from_delta_;
+    } catch (const std::exception& e) {
+      log::warn("relay {}: version {} from its delta failed, pulling the full version: {}",
+                settings_.name, entry.version, e.what());
+    }
+  }
+  if (!made) {
+    const FetchStats st = pull(entry);
+    if (!st.complete) return;
+  }
+  entry.complete = true;
+  write_local(local_);
+  ++versions_pulled_;
+  log::info("relay {}: version {} complete in {:.2f} s ({})", settings_.name, entry.version,
+            now_s() - t0, made ? "applied its delta" : "full version pulled");
+}
+
+void Relay::materialize(const VersionEntry& entry, const VersionEntry& base) {
+  const fs::path dir = settings_.server.data_dir / version_dir_name(entry.version);
+  const fs::path delta = dir / "delta.partial", full = dir / "full.partial";
+  struct Cleanup {
+    fs::path a, b;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove(a, ec);
+      fs::remove(b, ec);
+    }
+  } cleanup{delta, full};
+  ShardAssembler assembled(ShardedFile::delta_of(entry), dir, delta);
+  assembled.finish();
+  apply_delta(ShardWeights(settings_.server.data_dir / version_dir_name(base.version), base), delta,
+              entry.tensors, full,
+              fmt::format("relay {}: version {}'s delta", settings_.name, entry.version));
+  // Every tensor matched its signed hash, so these are the trainer's shards.
+  const ShardedFile shards = write_shards(full, dir, entry.shard_size, FileKind::Full);
+  if (shards.sha256 != entry.sha256 || shards.shards.size() != entry.shards.size())
+    fail(dir.string(), "the version made from its delta does not match the signed whole file");
 }
 
 std::string Relay::extra_metrics() const {
@@ -175,8 +238,12 @@ std::string Relay::extra_metrics() const {
       "trellis_relay_shards_pulled_total {}\n"
       "# HELP trellis_relay_pull_failures_total pulls of a version that did not complete\n"
       "# TYPE trellis_relay_pull_failures_total counter\n"
-      "trellis_relay_pull_failures_total {}\n",
-      versions_pulled_.load(), shards_pulled_.load(), pull_failures_.load());
+      "trellis_relay_pull_failures_total {}\n"
+      "# HELP trellis_relay_versions_from_delta_total versions made here from their delta\n"
+      "# TYPE trellis_relay_versions_from_delta_total counter\n"
+      "trellis_relay_versions_from_delta_total {}\n",
+      versions_pulled_.load(), shards_pulled_.load(), pull_failures_.load(),
+      versions_from_delta_.load());
 }
 
 void Relay::allowlist_loop() {

@@ -58,7 +58,12 @@ class Relay {
  private:
   void pull_loop();
   void pull_once();
-  void pull_version(const VersionEntry& entry, const std::vector<Manifest>& upstream);
+  // Pulls what `entry` (in local_) lacks: its delta, then its full file, made here by applying
+  // the delta to the base when this relay holds both, else pulled too.
+  void pull_version(VersionEntry& entry, const std::vector<std::optional<Manifest>>& upstream);
+  // Writes `entry`'s full shards from its delta (all pulled) and `base`. Error when a tensor of
+  // the result does not match its signed hash.
+  void materialize(const VersionEntry& entry, const VersionEntry& base);
   void allowlist_loop();
   void refresh_allowlist();
   // Tells the orchestrator (POST /relays) which versions this relay holds, for its dashboard.
@@ -76,7 +81,8 @@ class Relay {
   Manifest local_;             // what manifest.json says; only the puller changes it
   std::vector<int64_t> held_;  // its complete versions, for the other threads (under mu_)
   std::optional<std::vector<std::string>> allowlist_;  // the orchestrator's last answer
-  std::atomic<int64_t> versions_pulled_{0}, shards_pulled_{0}, pull_failures_{0};
+  std::atomic<int64_t> versions_pulled_{0}, shards_pulled_{0}, pull_failures_{0},
+      versions_from_delta_{0};
 };
 
 }  // namespace trellis::shardcast

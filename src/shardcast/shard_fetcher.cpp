@@ -93,13 +93,14 @@ constexpr int64_t kMinSplitFraction = 8;
 }  // namespace
 
 std::vector<Holding> holdings_of(const std::vector<std::optional<Manifest>>& manifests,
-                                 const VersionEntry& entry) {
+                                 const VersionEntry& entry, FileKind kind) {
   std::vector<Holding> out(manifests.size(), Holding::None);
   const std::string trusted = entry.signing_message();
   for (size_t r = 0; r < manifests.size(); ++r) {
     const VersionEntry* e = manifests[r] ? manifests[r]->find(entry.version) : nullptr;
-    if (e && e->signing_message() == trusted)
-      out[r] = e->complete ? Holding::Complete : Holding::Partial;
+    if (!e || e->signing_message() != trusted) continue;
+    const bool complete = kind == FileKind::Delta ? e->delta_complete : e->complete;
+    out[r] = complete ? Holding::Complete : Holding::Partial;
   }
   return out;
 }
@@ -116,7 +117,7 @@ bool shard_file_matches(const fs::path& path, const ShardInfo& shard) {
   return !in.bad() && h.hex() == shard.sha256;
 }
 
-FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySelector& selector,
+FetchStats fetch_shards(const ShardedFile& entry, const fs::path& dir, RelaySelector& selector,
                         std::vector<Holding> initial,
                         const std::function<std::vector<Holding>(const HttpOptions&)>& holdings,
                         const FetchOptions& options, const std::function<void(size_t)>& on_shard,
@@ -132,7 +133,7 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
   http.cancelled = [&] { return over.load() || (stop && stop->load()); };
   f.shards.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    if (shard_file_matches(dir / shard_file_name(i), entry.shards[i])) {
+    if (shard_file_matches(dir / shard_file_name(i, entry.kind), entry.shards[i])) {
       f.shards[i].state = ShardState::Done;
       ++f.done;
       ++f.stats.shards_reused;
@@ -383,8 +384,8 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       }
       const Holding held = f.holdings[static_cast<size_t>(job.relay)];
       lock.unlock();
-      const std::string url =
-          selector.url(static_cast<size_t>(job.relay)) + shard_url_path(entry.version, i);
+      const std::string url = selector.url(static_cast<size_t>(job.relay)) +
+                              shard_url_path(entry.version, i, entry.kind);
 
       std::unique_ptr<AtomicFileWriter> out;
       Sha256Stream hash;
@@ -392,7 +393,7 @@ FetchStats fetch_shards(const VersionEntry& entry, const fs::path& dir, RelaySel
       std::string local_error;
       Outcome outcome = Outcome::LocalError;
       try {
-        if (head) out = std::make_unique<AtomicFileWriter>(dir / shard_file_name(i));
+        if (head) out = std::make_unique<AtomicFileWriter>(dir / shard_file_name(i, entry.kind));
         outcome = transfer(url, part, out.get(), hash, r, local_error);
       } catch (const Error& e) {
         local_error = e.what();

@@ -39,10 +39,10 @@ struct FetchOptions {
 // What a server says of a version: not listed, listed while it is still pulling, or complete.
 enum class Holding { None, Partial, Complete };
 
-// What each server holds of `entry`, from the manifests they list (nullopt: no answer). A server
-// listing other hashes under this version number does not hold this version.
+// What each server holds of `entry`'s full file or delta, from the manifests they list (nullopt:
+// no answer). A server listing other hashes under this version number does not hold this version.
 std::vector<Holding> holdings_of(const std::vector<std::optional<Manifest>>& manifests,
-                                 const VersionEntry& entry);
+                                 const VersionEntry& entry, FileKind kind = FileKind::Full);
 
 struct FetchStats {
   bool complete = false;
@@ -53,12 +53,12 @@ struct FetchStats {
   double seconds = 0;
 };
 
-// Fetches every shard of `entry` into `dir`. `initial` says, per server of `selector`, what it
-// holds of this version; `holdings(http)` asks again, with `http` (which cancels the requests
-// once the fetch is over), every manifest_refresh_s. `on_shard(i)` runs once shard i is in place:
-// at the start for shards already there, then on the download thread that landed it. Stops
-// early, incomplete, when `stop` becomes true.
-FetchStats fetch_shards(const VersionEntry& entry, const std::filesystem::path& dir,
+// Fetches every shard of `entry` (a version's full file or its delta) into `dir`. `initial` says,
+// per server of `selector`, what it holds of this version; `holdings(http)` asks again, with `http`
+// (which cancels the requests once the fetch is over), every manifest_refresh_s. `on_shard(i)` runs
+// once shard i is in place: at the start for shards already there, then on the download thread that
+// landed it. Stops early, incomplete, when `stop` becomes true.
+FetchStats fetch_shards(const ShardedFile& entry, const std::filesystem::path& dir,
                         RelaySelector& selector, std::vector<Holding> initial,
                         const std::function<std::vector<Holding>(const HttpOptions&)>& holdings,
                         const FetchOptions& options,

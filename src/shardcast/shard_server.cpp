@@ -80,7 +80,7 @@ void ShardServer::routes() {
     res.set_content(metrics(), "text/plain; version=0.0.4");
   });
   // The regex admits exactly the layout's names, so no request can reach outside data_dir.
-  svr.Get(R"(/(manifest\.json|probe\.bin|v[0-9]{1,18}/shard_[0-9]{5,9}\.bin))",
+  svr.Get(R"(/(manifest\.json|probe\.bin|v[0-9]{1,18}/(shard|delta)_[0-9]{5,9}\.bin))",
           [this](const httplib::Request& req, httplib::Response& res) {
             const auto path = options_.data_dir / req.matches[1].str();
             const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -36,7 +36,11 @@ model::Transformer& PolicyCache::model(int64_t version) {
     fs::create_directories(dir);
     fs::copy_file(base_model_ / "config.json", dir / "config.json",
                   fs::copy_options::overwrite_existing);
-    const auto report = client_->fetch(version, dir / "model.safetensors");
+    // Validators check versions in order: the one before is usually here for the delta.
+    const fs::path before = dir_ / ("step_" + std::to_string(version - 1)) / "model.safetensors";
+    std::optional<shardcast::HeldVersion> held;
+    if (fs::exists(before)) held = shardcast::HeldVersion{version - 1, before};
+    const auto report = client_->fetch(version, dir / "model.safetensors", held);
     log::info("fetched policy {}", report.summary());
   }
   auto loaded = model::load_transformer(dir, compute_);

@@ -6,6 +6,8 @@
 #include <functional>
 #include <span>
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "common/files.h"
@@ -179,6 +181,32 @@ TEST(Checkpoint, Fp8StoresCodesAndScalesThatLoadAsTheyWere) {
     ASSERT_NE(st2.find(name), nullptr) << name;
     const auto a = st.data(name), b = st2.data(name);
     EXPECT_TRUE(a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin())) << name;
+  }
+}
+
+// FP8_BF16 (what the trainer publishes when it computes in bf16): the same codes and scales, the
+// rest bf16, loading as the model's bf16-rounded masters.
+TEST(Checkpoint, Fp8WithTheRestInBf16KeepsTheCodesAndRoundsTheRest) {
+  const auto dir = temp_dir("fp8_bf16");
+  HfConfig c = preset_config(Arch::Qwen3, "tiny");
+  Transformer m(c, Compute{});
+  m.init_random(8);
+  save_transformer(m, dir, StoreDtype::FP8_BF16);
+  const SafetensorsModel st = SafetensorsModel::open_dir(dir);
+  const std::string q = "model.layers.0.self_attn.q_proj.weight";
+  EXPECT_EQ(st.find(q)->dtype, DType::F8_E4M3);
+  EXPECT_EQ(st.find(q + "_scale_inv")->dtype, DType::F32);
+  EXPECT_EQ(st.find("model.embed_tokens.weight")->dtype, DType::BF16);
+  EXPECT_EQ(st.find("model.layers.0.input_layernorm.weight")->dtype, DType::BF16);
+  const auto loaded = load_transformer(dir, Compute{});
+  EXPECT_TRUE(loaded->config().fp8_blocks);
+  EXPECT_TRUE(torch::equal(loaded->fp8_blocks(q).codes, m.fp8_blocks(q).codes));
+  EXPECT_TRUE(torch::equal(loaded->fp8_blocks(q).scales, m.fp8_blocks(q).scales));
+  std::map<std::string, torch::Tensor> params(m.named_parameters().begin(),
+                                              m.named_parameters().end());
+  for (const auto& [name, p] : loaded->named_parameters()) {
+    if (name.find("_proj") != std::string::npos) continue;
+    EXPECT_TRUE(torch::equal(p, params.at(name).to(torch::kBFloat16).to(torch::kFloat32))) << name;
   }
 }
 

@@ -2,6 +2,9 @@
 // field a client relies on.
 #include "shardcast/manifest.h"
 
+#include <functional>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "common/hashing.h"
@@ -132,6 +135,77 @@ TEST(ShardcastManifest, SignatureCoversEveryShardHashAndOnlyTheTrainerKeyVerifie
   tampered.sign(other);
   tampered.signer = trainer.address();
   EXPECT_FALSE(tampered.signed_by(trainer.address()));
+}
+
+// An entry with tensor hashes and a delta (weight_delta.h): both round-trip, both are signed,
+// and both are checked before anything relies on them.
+VersionEntry entry_with_delta() {
+  VersionEntry e = entry_of("abcdefghij", 5, 4);
+  e.tensors = {{"__header__", 0, 4, sha256_hex("abcd")}, {"w", 4, 6, sha256_hex("efghij")}};
+  e.delta = DeltaInfo{4, 3, sha256_hex("xyz"), {{3, sha256_hex("xyz")}}, 2, 7, 2};
+  return e;
+}
+
+TEST(ShardcastManifest, TensorHashesAndTheDeltaRoundTripAndAreSigned) {
+  Manifest m;
+  m.put(entry_with_delta());
+  m.versions[0].delta_complete = false;
+  const Identity trainer = Identity::generate();
+  m.versions[0].sign(trainer);
+  const Manifest back = parse_manifest(to_json(m).dump(), "m.json");
+  const VersionEntry& e = back.versions.at(0);
+  ASSERT_EQ(e.tensors.size(), 2u);
+  EXPECT_EQ(e.tensors[1].name, "w");
+  ASSERT_TRUE(e.delta);
+  EXPECT_EQ(e.delta->base, 4);
+  EXPECT_EQ(e.delta->changed_elements, 2);
+  EXPECT_FALSE(e.delta_complete);
+  EXPECT_TRUE(e.signed_by(trainer.address()));
+  EXPECT_EQ(ShardedFile::delta_of(e).size, 3);
+  EXPECT_EQ(shard_url_path(5, 0, FileKind::Delta), "/v5/delta_00001.bin");
+  // Every field a client relies on is signed: a relay cannot swap a tensor hash, the delta's
+  // hash or its base.
+  for (const auto& tamper : std::vector<std::function<void(VersionEntry&)>>{
+           [](VersionEntry& v) { v.tensors[1].sha256 = sha256_hex("other"); },
+           [](VersionEntry& v) { v.tensors[0].name = "__other__"; },
+           [](VersionEntry& v) { v.delta->sha256 = sha256_hex("other"); },
+           [](VersionEntry& v) { v.delta->base = 3; },
+           [](VersionEntry& v) { v.delta->shards[0].sha256 = sha256_hex("other"); },
+           [](VersionEntry& v) { v.delta.reset(); }}) {
+    VersionEntry forged = e;
+    tamper(forged);
+    EXPECT_FALSE(forged.signed_by(trainer.address()));
+  }
+}
+
+TEST(ShardcastManifest, RefusesTensorHashesWithGapsAndDeltasThatDoNotFit) {
+  Manifest m;
+  m.put(entry_with_delta());
+  const Json good = to_json(m);
+  const auto error = [](const Json& j) {
+    return error_of([&] { manifest_from_json(j, "m.json"); });
+  };
+  Json j = good;
+  j["versions"][0]["tensors"][1]["offset"] = 5;  // a byte no tensor covers
+  EXPECT_NE(error(j).find("does not follow"), std::string::npos) << error(j);
+  j = good;
+  j["versions"][0]["tensors"][1]["size"] = 5;  // short of the file's end
+  EXPECT_NE(error(j).find("cover"), std::string::npos) << error(j);
+  j = good;
+  j["versions"][0]["tensors"][1]["name"] = "a\nb";
+  EXPECT_NE(error(j).find("newline"), std::string::npos) << error(j);
+  j = good;
+  j["versions"][0]["delta"]["base"] = 5;  // not an earlier version
+  EXPECT_NE(error(j).find("earlier"), std::string::npos) << error(j);
+  j = good;
+  j["versions"][0]["delta"]["shards"][0]["size"] = 2;  // shards that do not make the delta
+  EXPECT_NE(error(j).find("add up"), std::string::npos) << error(j);
+  j = good;
+  j["versions"][0]["delta"]["changed_elements"] = 8;  // more than there are
+  EXPECT_NE(error(j).find("changed_elements"), std::string::npos) << error(j);
+  j = good;
+  j["versions"][0].erase("tensors");  // a delta whose result nothing could check
+  EXPECT_NE(error(j).find("tensors' hashes"), std::string::npos) << error(j);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "common/files.h"
 #include "common/hashing.h"
 #include "error_of.h"
+#include "fake_weights.h"
 #include "orchestrator/api.h"
 #include "orchestrator/client.h"
 #include "shardcast/client.h"
@@ -48,15 +49,20 @@ Manifest manifest_at(const std::string& url, const std::string& source_ip = "") 
   return parse_manifest(body, url);
 }
 
-// trellis_shardcast_bytes_sent_total from a server's /metrics.
-double bytes_sent(const std::string& url) {
+// The value of the first sample of `metric` in a server's /metrics (0 when it has none).
+double metric_of(const std::string& url, const std::string& metric) {
   HttpOptions http;
   http.timeout_s = 5;
   std::string body;
   if (!http_get_string(url + "/metrics", http, body).ok()) return 0;
-  const auto at = body.find("trellis_shardcast_bytes_sent_total{");
+  const auto at = body.find("\n" + metric);
   if (at == std::string::npos) return 0;
   return std::stod(body.substr(body.find(' ', at) + 1));
+}
+
+// trellis_shardcast_bytes_sent_total from a server's /metrics.
+double bytes_sent(const std::string& url) {
+  return metric_of(url, "trellis_shardcast_bytes_sent_total{");
 }
 
 // Polls until `pred` holds (true) or `timeout_s` passes (false).
@@ -123,7 +129,12 @@ struct Origin {
   }
   // Publishes `bytes` random bytes as `version`; returns them.
   std::string publish(int64_t version, size_t bytes, int64_t shard_size) {
-    const std::string data = test::random_bytes(bytes, static_cast<uint64_t>(version) + 17);
+    return publish(version, test::random_bytes(bytes, static_cast<uint64_t>(version) + 17),
+                   shard_size);
+  }
+  // Publishes `data` as `version` (with a delta against the newest earlier version when it is
+  // worth one); returns it.
+  std::string publish(int64_t version, const std::string& data, int64_t shard_size) {
     write_file_atomic(dir.parent_path() / "staged.bin", data);
     PublishOptions p;
     p.shard_size = shard_size;
@@ -460,6 +471,146 @@ TEST(ShardcastRelay, AVersionThatCannotBeCompletedIsSkippedForTheNextOne) {
               client.fetch_newest(1, INT64_MAX, [&](int64_t) { return tmp.path() / "y"; });
             }).find("version 2"),
             std::string::npos);
+}
+
+// Weight deltas through a real relay: it pulls each version's delta, makes the full version from
+// it and the version before, and serves both; a worker holding the version before downloads
+// only the delta, and every version it ends with is the trainer's, bit for bit.
+TEST(ShardcastDelta, WorkersHoldingTheBaseDownloadOnlyTheDelta) {
+  TempDir tmp;
+  Origin origin(tmp.path() / "origin");
+  test::FakeWeights w(21, 8);
+  const int64_t shard = 16 << 10;
+  std::vector<std::string> versions = {origin.publish(1, w.file(), shard)};
+  RelayProcess relay(tmp.path(), "relay", tmp.path() / "relay", {origin.url});
+  Client client(client_options({relay.url}, origin, tmp.path() / "cache"));
+  const fs::path first = tmp.path() / "w1.safetensors";
+  ASSERT_TRUE(eventually([&] { return client.newest() == 1; }, 30));
+  EXPECT_FALSE(client.fetch(1, first).from_delta);  // nothing held: the full version
+  HeldVersion held{1, first};
+  for (int64_t v = 2; v <= 12; ++v) {
+    w.step(v % 3 == 0 ? 0.05 : 0.005);
+    versions.push_back(origin.publish(v, w.file(), shard));
+    const VersionEntry entry = *read_manifest(origin.dir).find(v);
+    ASSERT_TRUE(entry.delta) << "version " << v;
+    EXPECT_LT(entry.delta->size, entry.size / 10) << "version " << v;
+    ASSERT_TRUE(eventually([&] { return client.newest() == v; }, 30));
+    const fs::path out = tmp.path() / ("w" + std::to_string(v) + ".safetensors");
+    const FetchReport report = client.fetch(v, out, held);
+    EXPECT_TRUE(report.from_delta) << report.summary() << report.delta_error;
+    EXPECT_EQ(report.bytes, entry.delta->size);
+    ASSERT_EQ(read_file(out), versions.back()) << "version " << v;
+    fs::remove(held.file);
+    held = {v, out};
+  }
+  // The relay made its full versions from the deltas, and they are the trainer's.
+  ASSERT_TRUE(eventually(
+      [&] { return manifest_at(relay.url).find(12) && manifest_at(relay.url).find(12)->complete; },
+      30));
+  EXPECT_GE(metric_of(relay.url, "trellis_relay_versions_from_delta_total "), 10);
+  EXPECT_EQ(read_file(tmp.path() / "relay" / "v12" / shard_file_name(0)),
+            read_file(origin.dir / "v12" / shard_file_name(0)));
+}
+
+TEST(ShardcastDelta, ACorruptOrMissingDeltaFallsBackToTheFullVersion) {
+  TempDir tmp;
+  Origin origin(tmp.path() / "origin");
+  test::FakeWeights w(22, 4);
+  const int64_t shard = 8 << 10;
+  origin.publish(1, w.file(), shard);
+  write_file_atomic(tmp.path() / "held", w.file());
+  w.step(0.01);
+  const std::string v2 = origin.publish(2, w.file(), shard);
+  const VersionEntry entry = *read_manifest(origin.dir).find(2);
+  ASSERT_TRUE(entry.delta);
+  // (1) Every relay serves a corrupt delta: each shard fails its hash, then the full version.
+  const fs::path bad = copy_of(origin.dir, tmp.path() / "bad");
+  for (size_t i = 0; i < entry.delta->shards.size(); ++i) {
+    write_file_atomic(bad / "v2" / shard_file_name(i, FileKind::Delta),
+                      test::random_bytes(entry.delta->shards[i].size, 40 + i));
+  }
+  RelayProcess corrupt(tmp.path(), "corrupt", bad, {});
+  auto o = client_options({corrupt.url}, origin, tmp.path() / "cache");
+  o.fetch.attempts_per_shard = 2;
+  Client client(o);
+  const HeldVersion held{1, tmp.path() / "held"};
+  FetchReport r = client.fetch(2, tmp.path() / "a", held);
+  EXPECT_FALSE(r.from_delta);
+  EXPECT_NE(r.delta_error.find("delta"), std::string::npos) << r.delta_error;
+  EXPECT_EQ(r.bytes, entry.size);
+  EXPECT_EQ(read_file(tmp.path() / "a"), v2);
+  // (2) A relay without the delta's shards (deleted): the same.
+  const fs::path missing = copy_of(origin.dir, tmp.path() / "missing");
+  for (size_t i = 0; i < entry.delta->shards.size(); ++i)
+    fs::remove(missing / "v2" / shard_file_name(i, FileKind::Delta));
+  RelayProcess without(tmp.path(), "without", missing, {});
+  o.relays = {without.url};
+  o.fetch.version_timeout_s = 5;  // a delta that never appears is given up
+  r = Client(o).fetch(2, tmp.path() / "b", held);
+  EXPECT_FALSE(r.from_delta);
+  EXPECT_EQ(read_file(tmp.path() / "b"), v2);
+  // (3) A base that is not the version it claims: a tensor fails its hash, then the full.
+  test::FakeWeights other(5, 4);
+  write_file_atomic(tmp.path() / "wrong", other.file());
+  o.relays = {origin.url};
+  r = Client(o).fetch(2, tmp.path() / "c", HeldVersion{1, tmp.path() / "wrong"});
+  EXPECT_FALSE(r.from_delta);
+  EXPECT_NE(r.delta_error.find("does not match the trainer's signed hash"), std::string::npos)
+      << r.delta_error;
+  EXPECT_EQ(read_file(tmp.path() / "c"), v2);
+  // The good delta from the origin itself works.
+  r = Client(o).fetch(2, tmp.path() / "d", held);
+  EXPECT_TRUE(r.from_delta) << r.delta_error;
+  EXPECT_EQ(read_file(tmp.path() / "d"), v2);
+}
+
+TEST(ShardcastDelta, ALateJoinerCatchesUp) {
+  TempDir tmp;
+  Origin origin(tmp.path() / "origin");
+  test::FakeWeights w(23, 4);
+  const int64_t shard = 8 << 10;
+  std::string newest;
+  for (int64_t v = 1; v <= 5; ++v) {
+    w.step(0.01);
+    newest = origin.publish(v, w.file(), shard);
+  }
+  // A relay that starts now pulls one full version and the deltas after it; a worker that
+  // starts now, holding nothing, takes the newest full version from it.
+  RelayProcess relay(tmp.path(), "late", tmp.path() / "late", {origin.url});
+  ASSERT_TRUE(eventually(
+      [&] { return manifest_at(relay.url).find(5) && manifest_at(relay.url).find(5)->complete; },
+      30));
+  EXPECT_GE(metric_of(relay.url, "trellis_relay_versions_from_delta_total "), 1);
+  Client client(client_options({relay.url}, origin, tmp.path() / "cache"));
+  const auto first = client.fetch_newest(
+      -1, INT64_MAX, [&](int64_t v) { return tmp.path() / ("w" + std::to_string(v)); });
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->version, 5);
+  EXPECT_FALSE(first->from_delta);
+  EXPECT_EQ(read_file(tmp.path() / "w5"), newest);
+  // From then on, deltas.
+  w.step(0.01);
+  newest = origin.publish(6, w.file(), shard);
+  ASSERT_TRUE(eventually([&] { return client.newest() == 6; }, 30));
+  const auto next = client.fetch_newest(
+      5, INT64_MAX, [&](int64_t v) { return tmp.path() / ("w" + std::to_string(v)); },
+      HeldVersion{5, tmp.path() / "w5"});
+  ASSERT_TRUE(next);
+  EXPECT_TRUE(next->from_delta) << next->delta_error;
+  EXPECT_EQ(read_file(tmp.path() / "w6"), newest);
+  // A worker that missed versions applies the deltas in between, one after the other.
+  int64_t deltas = 0;
+  for (int64_t v = 7; v <= 9; ++v) {
+    w.step(0.01);
+    newest = origin.publish(v, w.file(), shard);
+    deltas += read_manifest(origin.dir).find(v)->delta.value().size;
+  }
+  ASSERT_TRUE(eventually([&] { return client.newest() == 9; }, 30));
+  const auto chained = client.fetch(9, tmp.path() / "w9", HeldVersion{6, tmp.path() / "w6"});
+  EXPECT_TRUE(chained.from_delta) << chained.delta_error;
+  EXPECT_EQ(chained.bytes, deltas);
+  EXPECT_EQ(read_file(tmp.path() / "w9"), newest);
+  EXPECT_FALSE(fs::exists(tmp.path() / "cache" / "v9")) << "intermediate versions are removed";
 }
 
 }  // namespace

@@ -123,10 +123,7 @@ class Attacks : public ::testing::Test {
     });
 
     // Every attacker at once, each a node of its own; the honest control too.
-    std::vector<std::pair<std::string, std::future<CliResult>>> runs;
-    auto names = std::vector<std::string>{"honest"};
-    for (const auto& [name, checks] : expected_checks()) names.push_back(name);
-    for (const auto& name : names) {
+    auto launch = [&](const std::string& name) {
       std::string args = (run_dir_ / "config.toml").string() + " --run-dir " +
                          (dir_ / "attackers").string() + " --attack " + name + " --other-model " +
                          (dir_ / "other").string() + " --set orchestrator.url=" + url_ +
@@ -135,34 +132,56 @@ class Attacks : public ::testing::Test {
       if (name == "older_policy") args += " --min-version 3";
       // A replayer's accomplice: the accepted files of others (only the trainer may list them).
       if (name.starts_with("replayed")) args += " --steal-from " + (run_dir_ / "rollouts").string();
-      runs.emplace_back(name, std::async(std::launch::async, [args] { return run_attack(args); }));
-    }
+      return std::async(std::launch::async, [args] { return run_attack(args); });
+    };
+    std::vector<std::pair<std::string, std::future<CliResult>>> runs;
+    auto names = std::vector<std::string>{"honest"};
+    for (const auto& [name, checks] : expected_checks()) names.push_back(name);
+    for (const auto& name : names) runs.emplace_back(name, launch(name));
     abuse_ = abuse.get();
     memory_after_ = {peak_memory_bytes(orchestrator_pid_), peak_memory_bytes(relay_pid_)};
-    for (auto& [name, future] : runs) {
-      const CliResult result = future.get();
-      outputs_[name] = result.output;
-      if (result.status != 0) continue;
-      const auto line = result.output.substr(result.output.rfind('{'));
-      nodes_[name] = Json::parse(line).at("node").get<std::string>();
-    }
 
-    // Every attack decided (no submission of an attacker still waits for a verdict).
     // As the operator: listing submissions takes the trainer's token the run created.
     orchestrator::Client client(url_, orchestrator::client_token(Config::defaults(), run_dir_,
                                                                  orchestrator::Role::kTrainer));
-    ASSERT_TRUE(wait_for(
-        [&] {
-          for (const auto& s : client.submissions()) {
-            if (s.status == "validating" || s.status == "pending") {
-              for (const auto& [name, node] : nodes_)
-                if (s.key.node_address == node) return false;
+    // Waits for the attackers of `runs`, then until no submission of an attacker still waits for
+    // a verdict.
+    auto settle = [&] {
+      for (auto& [name, future] : runs) {
+        const CliResult result = future.get();
+        outputs_[name] = result.output;
+        if (result.status != 0) continue;
+        const auto line = result.output.substr(result.output.rfind('{'));
+        nodes_[name] = Json::parse(line).at("node").get<std::string>();
+      }
+      runs.clear();
+      return wait_for(
+          [&] {
+            for (const auto& s : client.submissions()) {
+              if (s.status == "validating" || s.status == "pending") {
+                for (const auto& [name, node] : nodes_)
+                  if (s.key.node_address == node) return false;
+              }
             }
-          }
-          return true;
-        },
-        300))
-        << read_file(validator_log_);
+            return true;
+          },
+          300);
+    };
+    ASSERT_TRUE(settle()) << read_file(validator_log_);
+    // An attacker whose every file came after its step had filled was dropped unjudged, which
+    // proves nothing either way: it plays again, up to twice, while the run goes on.
+    for (int retry = 0; retry < 2 && !run_->exited(); ++retry) {
+      submissions_ = client.submissions();
+      for (const auto& [name, checks] : expected_checks()) {
+        const auto subs = of(name);
+        const bool judged = std::any_of(subs.begin(), subs.end(), [](const auto& s) {
+          return s.status == "accepted" || s.status == "rejected";
+        });
+        if (nodes_.count(name) && !judged) runs.emplace_back(name, launch(name));
+      }
+      if (runs.empty()) break;
+      ASSERT_TRUE(settle()) << read_file(validator_log_);
+    }
     submissions_ = client.submissions();
     nodes_seen_ = client.nodes();
     // The run goes on to its last step.
