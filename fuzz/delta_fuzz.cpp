@@ -1,5 +1,5 @@
 // libFuzzer target for SHARDCAST weight deltas (shardcast/weight_delta.h). The first byte picks:
-//   even: the rest is a delta file, applied to a fixed 4 KiB base (apply_delta_bytes); it must fail
+//   even: the rest is a delta file, applied to a fixed 4 KiB base (apply_delta); it must fail
 //   with
 //         a trellis::Error or write exactly the target its tensor hash names;
 //   odd:  the rest (cut or zero-padded to 4 KiB) is a new version of the base: make_delta, then
@@ -72,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<TensorHash> tensors = {
         {"__file__", 0, static_cast<int64_t>(kSize), trellis::sha256_hex(target)}};
     try {
-      apply_delta_bytes(base, rest, tensors, out, "fuzz input");
+      FileSink sink(out);
+      apply_delta(base, rest, tensors, sink, "fuzz input");
     } catch (const trellis::Error&) {
       if (::access(out.c_str(), F_OK) == 0) __builtin_trap();  // no result after an error
       return 0;
@@ -86,8 +87,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string delta = out + ".delta";
   const auto stats = make_delta(base, version, weight_regions(version), delta);
   if (!stats) __builtin_trap();
-  apply_delta_bytes(base, read_back(delta), hash_regions(version, weight_regions(version)), out,
-                    "round trip");
+  {
+    FileSink sink(out);
+    apply_delta(base, read_back(delta), hash_regions(version, weight_regions(version)), sink,
+                "round trip");
+  }
   if (read_back(out) != next) __builtin_trap();
   ::unlink(delta.c_str());
   return 0;

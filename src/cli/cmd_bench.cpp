@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include <sys/resource.h>
+
 #include <fmt/ranges.h>
 
 #include "cli/commands.h"
@@ -61,6 +63,10 @@ void run_bench_train(const BenchTrainFlags& f) {
               r.seconds / r.steps, r.logp_old_seconds / r.steps,
               (r.seconds - r.logp_old_seconds) / r.steps,
               static_cast<long long>(r.tokens / r.steps));
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf("peak memory: %.0f MiB (process RSS)%s\n", usage.ru_maxrss / 1024.0,
+              o.activation_checkpointing ? ", layers recomputed in the backward pass" : "");
 }
 
 struct BenchGenerateFlags {
@@ -457,6 +463,8 @@ void add_bench_commands(CLI::App& app) {
   train->add_option("--seed", f.options.seed, "data seed")->capture_default_str();
   train->add_flag("--fp8", f.options.fp8,
                   "forward and backward in FP8 (rl.precision = fp8; emulated on CPU)");
+  train->add_flag("--activation-checkpointing", f.options.activation_checkpointing,
+                  "recompute each layer in the backward pass (trainer.activation_checkpointing)");
   add_compute_flags(train, f.compute);
   train->callback([] { run_bench_train(f); });
 

@@ -44,8 +44,9 @@ void run_info(const std::string& dir) {
               static_cast<long long>(c.num_attention_heads),
               static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.head_dim),
               c.attention_bias ? ", q/k/v bias" : "", c.qk_norm ? ", q/k norm" : "");
-  std::printf("positions     %lld (RoPE theta %g)\n",
-              static_cast<long long>(c.max_position_embeddings), c.rope_theta);
+  std::printf("positions     %lld (RoPE theta %g, scaling %s)\n",
+              static_cast<long long>(c.max_position_embeddings), c.rope_theta,
+              c.rope_scaling.describe().c_str());
   std::printf("vocab         %lld%s\n", static_cast<long long>(c.vocab_size),
               c.tie_word_embeddings ? " (tied embeddings)" : "");
   std::printf("parameters    %lld (%.2fM)\n", static_cast<long long>(stored), stored / 1e6);

@@ -54,6 +54,7 @@ beta2 = 0.999           # AdamW second-moment decay
 eps = 1e-8              # AdamW denominator epsilon
 max_grad_norm = 1.0     # global-norm gradient clipping; 0 = off (INTELLECT-2 used 0.1)
 micro_batch_tokens = 4096  # tokens per packed forward/backward (first-fit-decreasing packing)
+activation_checkpointing = false  # keep only each layer's input, recompute it in the backward pass (less memory, ~1/3 more compute)
 optimizer_steps = 1     # optimizer steps per rollout step, each on 1/n of the batch
 checkpoint_every = 10   # steps between checkpoints (and one at the end); 0 = only at the end
 keep_checkpoints = 3    # newest checkpoints kept in <run>/checkpoints; 0 = all

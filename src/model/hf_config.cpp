@@ -40,6 +40,23 @@ std::vector<int64_t> read_eos(const Json& j, const std::string& where) {
   fail(where, "field 'eos_token_id' must be an integer or a list of integers");
 }
 
+// Transformers v5 writes {"rope_parameters": {"rope_type", "rope_theta", ...}}; earlier versions
+// a top-level rope_theta and {"rope_scaling": {"type" or "rope_type", ...}}.
+void read_rope(const Json& j, const std::string& where, HfConfig& c) {
+  if (j.contains("partial_rotary_factor") &&
+      json_required<double>(j, "partial_rotary_factor", where) != 1.0) {
+    fail(where, "field 'partial_rotary_factor' other than 1 is not supported");
+  }
+  const bool v5 = j.contains("rope_parameters") && !j["rope_parameters"].is_null();
+  Json scaling = v5 ? j["rope_parameters"] : j.value("rope_scaling", Json());
+  const std::string scaling_where = where + (v5 ? ": rope_parameters" : ": rope_scaling");
+  if (v5 && scaling.is_object() && scaling.contains("rope_theta")) {
+    c.rope_theta = json_required<double>(scaling, "rope_theta", scaling_where);
+    scaling.erase("rope_theta");
+  }
+  c.rope_scaling = RopeScaling::from_json(scaling, scaling_where);
+}
+
 }  // namespace
 
 HfConfig HfConfig::from_json(const Json& j, const std::string& where) {
@@ -68,11 +85,7 @@ HfConfig HfConfig::from_json(const Json& j, const std::string& where) {
       c.attention_bias = json_optional<bool>(j, "attention_bias", false, where);
   }
   c.qk_norm = c.arch == Arch::Qwen3;
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    fail(where,
-         "field 'rope_scaling' is not supported (only plain RoPE); remove it or use a "
-         "model without RoPE scaling");
-  }
+  read_rope(j, where, c);
   if (json_optional<bool>(j, "use_sliding_window", false, where)) {
     fail(where, "field 'use_sliding_window' = true is not supported");
   }
@@ -149,7 +162,7 @@ Json HfConfig::to_json() const {
   j["tie_word_embeddings"] = tie_word_embeddings;
   if (arch != Arch::Qwen2) j["attention_bias"] = attention_bias;
   j["hidden_act"] = "silu";
-  j["rope_scaling"] = nullptr;
+  j["rope_scaling"] = rope_scaling.to_json();
   if (bos_token_id) j["bos_token_id"] = *bos_token_id;
   if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
   if (eos_token_ids.size() > 1) j["eos_token_id"] = eos_token_ids;

@@ -2,7 +2,8 @@
 //
 // Supports model_type llama, qwen2 and qwen3. Every field the transformer depends on is read
 // explicitly; a missing or mistyped field, an unknown model_type or an unsupported feature
-// (rope_scaling, sliding windows) is an Error naming the field and file, never a silent default.
+// (a rope_scaling other than linear, llama3 or yarn; sliding windows) is an Error naming the field
+// and file, never a silent default.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "model/rope_scaling.h"
 
 namespace trellis::model {
 
@@ -32,6 +34,7 @@ struct HfConfig {
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // "rope_scaling", or Transformers v5's "rope_parameters"
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v projection bias (always true for qwen2)
   bool qk_norm = false;         // per-head RMSNorm on q and k (qwen3)

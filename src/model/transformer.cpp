@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "model/fused_ops.h"
+#include "model/rope.h"
 
 namespace trellis::model {
 
@@ -53,13 +54,9 @@ Transformer::Transformer(const HfConfig& config, const Compute& compute)
   lm_head_ =
       config.tie_word_embeddings ? embed_ : add_param("lm_head.weight", {config.vocab_size, d});
 
-  // RoPE tables: inv_freq in fp32 from an int64 arange and angles in fp32, as HF computes them.
-  auto inv_freq = 1.0 / torch::pow(config.rope_theta,
-                                   torch::arange(0, hd, 2, torch::kInt64).to(torch::kFloat32) / hd);
-  auto t = torch::arange(config.max_position_embeddings, torch::kInt64).to(torch::kFloat32);
-  auto freqs = torch::outer(t, inv_freq);
-  rope_cos_ = freqs.cos().to(compute.device);
-  rope_sin_ = freqs.sin().to(compute.device);
+  auto rope = rope_tables(config, compute.device);
+  rope_cos_ = rope.cos;
+  rope_sin_ = rope.sin;
 }
 
 torch::Tensor Transformer::add_param(const std::string& name, std::vector<int64_t> shape) {
@@ -245,14 +242,82 @@ torch::Tensor Transformer::mlp(const Layer& l, const torch::Tensor& x, bool fp8)
   return project(fused::swiglu(gate_up[0], gate_up[1]), l.down_w, {}, fp8);
 }
 
+torch::Tensor Transformer::layer(size_t i, const torch::Tensor& x, const torch::Tensor& cos,
+                                 const torch::Tensor& sin, const AttentionFn& attention, bool fp8) {
+  const Layer& l = layers_[i];
+  auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin, fp8);
+  auto h = x + project(attention(static_cast<int64_t>(i), q, k, v), l.o_w, {}, fp8);
+  return h + mlp(l, rms_norm(h, l.post_norm), fp8);
+}
+
+namespace {
+
+// What the backward pass needs to run a decoder layer again: a closure over the model, the
+// layer's index, the rotary tables and the attention of the forward that ran it.
+struct LayerRerun : torch::CustomClassHolder {
+  std::function<torch::Tensor(const torch::Tensor&)> run;
+};
+
+// Activation checkpointing: a decoder layer as one autograd node that saves only its input (and
+// the layer's parameters, which live anyway). The forward builds the layer's graph with the same
+// kernels as a plain forward and drops it at once; the backward builds it again from the saved
+// input and differentiates that.
+class RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               at::TensorList params, c10::intrusive_ptr<LayerRerun> rerun) {
+    torch::Tensor y;
+    {
+      torch::AutoGradMode grad(true);
+      y = rerun->run(x.detach());
+    }
+    std::vector<torch::Tensor> saved{x};
+    saved.insert(saved.end(), params.begin(), params.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["rerun"] = c10::IValue::make_capsule(std::move(rerun));
+    return y.detach();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto inputs = ctx->get_saved_variables();  // x, then the parameters
+    auto rerun =
+        c10::static_intrusive_pointer_cast<LayerRerun>(ctx->saved_data["rerun"].toCapsule());
+    inputs[0] = inputs[0].detach().requires_grad_(true);
+    torch::Tensor y;
+    {
+      torch::AutoGradMode grad(true);
+      y = rerun->run(inputs[0]);
+    }
+    auto grads = torch::autograd::grad({y}, inputs, {grad_out[0]}, /*retain_graph=*/false,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    grads.emplace_back();  // for `rerun`
+    return grads;
+  }
+};
+
+}  // namespace
+
 torch::Tensor Transformer::run_layers(torch::Tensor x, const torch::Tensor& cos,
                                       const torch::Tensor& sin, const AttentionFn& attention,
-                                      bool fp8) {
+                                      bool fp8, bool recompute) {
+  recompute = recompute && torch::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
+    if (!recompute) {
+      x = layer(i, x, cos, sin, attention, fp8);
+      continue;
+    }
+    auto rerun = c10::make_intrusive<LayerRerun>();
+    rerun->run = [this, i, cos, sin, attention, fp8](const torch::Tensor& input) {
+      return layer(i, input, cos, sin, attention, fp8);
+    };
+    std::vector<torch::Tensor> params;
     const Layer& l = layers_[i];
-    auto [q, k, v] = project_qkv(l, rms_norm(x, l.input_norm), cos, sin, fp8);
-    x = x + project(attention(static_cast<int64_t>(i), q, k, v), l.o_w, {}, fp8);
-    x = x + mlp(l, rms_norm(x, l.post_norm), fp8);
+    for (const auto& p : {l.input_norm, l.q_w, l.q_b, l.k_w, l.k_b, l.v_w, l.v_b, l.o_w, l.q_norm,
+                          l.k_norm, l.post_norm, l.gate_w, l.up_w, l.down_w}) {
+      if (p.defined() && p.requires_grad()) params.push_back(p);
+    }
+    x = RecomputedLayer::apply(x, at::TensorList(params), rerun);
   }
   return x;
 }
@@ -289,12 +354,13 @@ ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
   check_positions(positions.numel() ? positions.max().item<int64_t>() : 0);
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
   auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
+  // seq_lens by value: with recompute_layers the backward pass calls this again.
   auto x = run_layers(
       F::embedding(tok, w(embed_)), cos, sin,
-      [&](int64_t, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+      [seq_lens](int64_t, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
         return fused::packed_attention(q, k, v, seq_lens);
       },
-      options.fp8);
+      options.fp8, options.recompute_layers);
   return finish(x, options);
 }
 

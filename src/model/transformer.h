@@ -46,6 +46,11 @@ struct ForwardOptions {
   // (Jet-RL, model/fp8/fp8_linear.h); the embedding, norms, attention and LM head stay in the
   // compute dtype. Without autograd each weight is quantised once per version of its master.
   bool fp8 = false;
+  // Activation checkpointing, for forward_packed with autograd: each decoder layer keeps only its
+  // input, and the backward pass runs the layer again to differentiate it. The activations of one
+  // layer at a time are alive instead of every layer's, for about one more forward of compute;
+  // values and gradients are those of the plain forward.
+  bool recompute_layers = false;
 };
 
 struct ForwardOutput {
@@ -152,8 +157,14 @@ class Transformer {
                                            const torch::Tensor& cos, const torch::Tensor& sin,
                                            bool fp8);
   torch::Tensor mlp(const Layer& layer, const torch::Tensor& x, bool fp8);
+  // Decoder layer `i` on x [..., d].
+  torch::Tensor layer(size_t i, const torch::Tensor& x, const torch::Tensor& cos,
+                      const torch::Tensor& sin, const AttentionFn& attention, bool fp8);
+  // Every layer; with `recompute` (and autograd on) each as one node that reruns it in the
+  // backward pass, which then calls `attention` again: it must not refer to anything that dies
+  // with the forward call.
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
-                           const AttentionFn& attention, bool fp8);
+                           const AttentionFn& attention, bool fp8, bool recompute = false);
   ForwardOutput finish(const torch::Tensor& x, const ForwardOptions& options);
   void check_positions(int64_t max_position) const;
 

@@ -41,12 +41,14 @@ PackedSequences pack_sequences(const std::vector<const Sequence*>& sequences) {
 }
 
 TokenLogprobs sequence_logprobs(model::Transformer& model, const PackedSequences& packed,
-                                int64_t vocab_limit, bool with_entropy, bool fp8) {
+                                int64_t vocab_limit, bool with_entropy,
+                                model::ForwardOptions forward) {
   const auto device = model.compute().device;
   // Only the rows that score completion tokens reach the LM head: [N, vocab] fp32.
+  forward.rows = packed.rows;
   auto logits = model
                     .forward_packed(packed.tokens.to(device), packed.positions.to(device),
-                                    packed.seq_lens, {.rows = packed.rows, .fp8 = fp8})
+                                    packed.seq_lens, forward)
                     .logits;
   if (vocab_limit > 0 && vocab_limit < logits.size(1)) logits = logits.narrow(1, 0, vocab_limit);
   const auto scaled = logits * packed.inv_temperature.to(device);

@@ -44,8 +44,10 @@ struct TokenLogprobs {
 };
 
 // `vocab_limit` (> 0) restricts the softmax to ids below it, as the engine does when the
-// tokenizer has fewer tokens than the model's (padded) vocabulary. `fp8`: ForwardOptions::fp8.
+// tokenizer has fewer tokens than the model's (padded) vocabulary. `forward` sets fp8 and
+// recompute_layers (its rows are the completion rows).
 TokenLogprobs sequence_logprobs(model::Transformer& model, const PackedSequences& packed,
-                                int64_t vocab_limit, bool with_entropy, bool fp8 = false);
+                                int64_t vocab_limit, bool with_entropy,
+                                model::ForwardOptions forward = {});
 
 }  // namespace trellis::rl

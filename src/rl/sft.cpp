@@ -53,6 +53,7 @@ struct Settings {
   fs::path model_path, out;
   int64_t steps = 0, batch_size = 0, eval_every = 0, eval_tasks = 0, max_tokens = 0;
   int64_t micro_batch_tokens = 0, checkpoint_every = 0, keep_checkpoints = 0;
+  bool activation_checkpointing = false;
   int difficulty = 1;
   uint64_t seed = 0;
   std::string system_prompt;
@@ -70,6 +71,7 @@ struct Settings {
     s.micro_batch_tokens = c.get_at_least<int64_t>("trainer.micro_batch_tokens", 1);
     s.checkpoint_every = c.get_at_least<int64_t>("trainer.checkpoint_every", 0);
     s.keep_checkpoints = c.get_at_least<int64_t>("trainer.keep_checkpoints", 0);
+    s.activation_checkpointing = c.get<bool>("trainer.activation_checkpointing");
     s.difficulty = static_cast<int>(c.get<int64_t>("env.difficulty"));
     env::check_difficulty(s.difficulty, "env.difficulty");
     s.seed = static_cast<uint64_t>(c.get<int64_t>("run.seed"));
@@ -172,7 +174,8 @@ std::string SftData::describe() const {
 }
 
 SftLoss sft_backward(model::Transformer& model, const std::vector<SftExample>& batch,
-                     int64_t micro_batch_tokens, int64_t vocab_limit) {
+                     int64_t micro_batch_tokens, int64_t vocab_limit,
+                     bool activation_checkpointing) {
   SftLoss out;
   const int64_t context = model.config().max_position_embeddings;
   std::vector<int64_t> lengths;
@@ -197,7 +200,8 @@ SftLoss sft_backward(model::Transformer& model, const std::vector<SftExample>& b
     std::vector<const Sequence*> sequences;
     for (size_t i : bin) sequences.push_back(&batch[i].sequence);
     const auto logp =
-        sequence_logprobs(model, pack_sequences(sequences), vocab_limit, /*with_entropy=*/false)
+        sequence_logprobs(model, pack_sequences(sequences), vocab_limit, /*with_entropy=*/false,
+                          {.recompute_layers = activation_checkpointing})
             .logp;
     const auto loss = logp.sum() * -scale;
     loss.backward();
@@ -306,7 +310,8 @@ SftResult run_sft(const Config& config, const model::Compute& compute, const Sft
     const int64_t step = i + 1;
     const auto t0 = std::chrono::steady_clock::now();
     const auto batch = data.batch(i, s.batch_size);
-    const SftLoss loss = sft_backward(*model, batch, s.micro_batch_tokens, vocab_limit);
+    const SftLoss loss =
+        sft_backward(*model, batch, s.micro_batch_tokens, vocab_limit, s.activation_checkpointing);
     const auto info = optimizer.step();
     const double seconds = seconds_since(t0);
 

@@ -98,9 +98,11 @@ struct SftLoss {
 // Forward and backward of one batch, accumulating gradients into the model's parameters (which
 // must require grad). Examples are packed first-fit-decreasing into micro-batches of at most
 // `micro_batch_tokens` input tokens; `vocab_limit` as in sequence_logprobs(). Error naming the
-// example when one alone does not fit.
+// example when one alone does not fit. `activation_checkpointing`:
+// ForwardOptions::recompute_layers.
 SftLoss sft_backward(model::Transformer& model, const std::vector<SftExample>& batch,
-                     int64_t micro_batch_tokens, int64_t vocab_limit);
+                     int64_t micro_batch_tokens, int64_t vocab_limit,
+                     bool activation_checkpointing = false);
 
 // Greedy (temperature 0) completions of `tasks`, one each, at most `max_tokens` new tokens, scored
 // by the environment: "eval/reward" (mean task reward) and "eval/pass" (fraction scoring 1).

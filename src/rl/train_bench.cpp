@@ -30,6 +30,7 @@ TrainBenchResult bench_train(model::Transformer& model, const TrainBenchOptions&
   config.micro_batch_tokens = std::max(o.micro_batch_tokens, o.prompt_len + o.completion_len);
   config.max_completion_tokens = o.completion_len;
   config.fp8 = o.fp8;
+  config.activation_checkpointing = o.activation_checkpointing;
   TrainBenchResult r;
   r.matmul_flops = model::measure_matmul_flops(model.compute());
   model.set_requires_grad(true);

@@ -19,6 +19,7 @@ struct TrainBenchOptions {
   int64_t micro_batch_tokens = 4096;  // packing capacity
   uint64_t seed = 0;
   bool fp8 = false;  // the trainer's forward and backward in FP8 (rl.precision = "fp8")
+  bool activation_checkpointing = false;  // trainer.activation_checkpointing
 };
 
 struct TrainBenchResult {

@@ -67,6 +67,7 @@ TrainerConfig TrainerConfig::from_config(const Config& c) {
   t.micro_batch_tokens = c.get_at_least<int64_t>("trainer.micro_batch_tokens", 1);
   t.max_completion_tokens = c.get_at_least<int64_t>("rl.max_tokens", 1);
   t.fp8 = Precision::from_config(c).train_fp8;
+  t.activation_checkpointing = c.get<bool>("trainer.activation_checkpointing");
   return t;
 }
 
@@ -97,9 +98,9 @@ std::vector<torch::Tensor> Trainer::score(model::Transformer& model,
     for (size_t& j : bin) j = which[j];
     std::vector<const Sequence*> seqs;
     for (size_t i : bin) seqs.push_back(&batch[i].sequence);
-    const auto logp =
-        sequence_logprobs(model, pack_sequences(seqs), config_.vocab_limit, false, config_.fp8)
-            .logp;
+    const auto logp = sequence_logprobs(model, pack_sequences(seqs), config_.vocab_limit, false,
+                                        {.fp8 = config_.fp8})
+                          .logp;
     int64_t offset = 0;
     for (size_t i : bin) {
       const int64_t n = batch[i].tokens();
@@ -175,8 +176,10 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
         m.push_back(mean_weights.narrow(0, weight_offset[i - lo], len));
         if (reference_) ref.push_back(logp_ref[i]);
       }
-      const auto lp = sequence_logprobs(policy_, pack_sequences(seqs), config_.vocab_limit,
-                                        /*with_entropy=*/true, config_.fp8);
+      const auto lp = sequence_logprobs(
+          policy_, pack_sequences(seqs), config_.vocab_limit,
+          /*with_entropy=*/true,
+          {.fp8 = config_.fp8, .recompute_layers = config_.activation_checkpointing});
       const auto device = lp.logp.device();
       LossInputs in;
       in.logp = lp.logp;

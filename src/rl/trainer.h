@@ -33,11 +33,12 @@ namespace trellis::rl {
 struct TrainerConfig {
   LossConfig loss;
   OptimizerConfig optimizer;
-  int64_t optimizer_steps = 1;        // per rollout step
-  int64_t micro_batch_tokens = 4096;  // packing capacity
-  int64_t max_completion_tokens = 0;  // the cap LossNorm::Constant divides by
-  int64_t vocab_limit = 0;            // softmax over ids below this (the tokenizer's size)
-  bool fp8 = false;                   // forward and backward in FP8 (rl.precision = "fp8")
+  int64_t optimizer_steps = 1;            // per rollout step
+  int64_t micro_batch_tokens = 4096;      // packing capacity
+  int64_t max_completion_tokens = 0;      // the cap LossNorm::Constant divides by
+  int64_t vocab_limit = 0;                // softmax over ids below this (the tokenizer's size)
+  bool fp8 = false;                       // forward and backward in FP8 (rl.precision = "fp8")
+  bool activation_checkpointing = false;  // ForwardOptions::recompute_layers in the backward pass
 
   // [trainer], [loss], rl.max_tokens and rl.precision; Error naming the key when a value is
   // unusable.

@@ -208,24 +208,25 @@ void Relay::pull_version(VersionEntry& entry,
 
 void Relay::materialize(const VersionEntry& entry, const VersionEntry& base) {
   const fs::path dir = settings_.server.data_dir / version_dir_name(entry.version);
-  const fs::path delta = dir / "delta.partial", full = dir / "full.partial";
+  const fs::path delta = dir / "delta.partial";
   struct Cleanup {
-    fs::path a, b;
+    fs::path path;
     ~Cleanup() {
       std::error_code ec;
-      fs::remove(a, ec);
-      fs::remove(b, ec);
+      fs::remove(path, ec);
     }
-  } cleanup{delta, full};
+  } cleanup{delta};
   ShardAssembler assembled(ShardedFile::delta_of(entry), dir, delta);
   assembled.finish();
-  apply_delta(ShardWeights(settings_.server.data_dir / version_dir_name(base.version), base), delta,
-              entry.tensors, full,
+  const MappedFile delta_bytes(delta);
+  // The shards are written straight from the delta and committed only when every tensor matched
+  // its signed hash; the tensors cover the file, so they are then the trainer's shards.
+  ShardSink shards(dir, entry.size, entry.shard_size, FileKind::Full);
+  apply_delta(ShardWeights(settings_.server.data_dir / version_dir_name(base.version), base),
+              std::string_view(reinterpret_cast<const char*>(delta_bytes.bytes().data()),
+                               delta_bytes.bytes().size()),
+              entry.tensors, shards,
               fmt::format("relay {}: version {}'s delta", settings_.name, entry.version));
-  // Every tensor matched its signed hash, so these are the trainer's shards.
-  const ShardedFile shards = write_shards(full, dir, entry.shard_size, FileKind::Full);
-  if (shards.sha256 != entry.sha256 || shards.shards.size() != entry.shards.size())
-    fail(dir.string(), "the version made from its delta does not match the signed whole file");
 }
 
 std::string Relay::extra_metrics() const {

@@ -147,43 +147,6 @@ void decode(int width, const std::string& raw, int64_t changed, char* block, int
   }
 }
 
-// A file written at offsets, renamed into place by commit() (removed when never committed).
-class OutputFile {
- public:
-  explicit OutputFile(const fs::path& path) : path_(path), tmp_(path.string() + ".partial") {
-    if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(tmp_, "cannot create the file: {}", std::strerror(errno));
-  }
-  ~OutputFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  void write_at(int64_t offset, const char* data, size_t n) {
-    while (n > 0) {
-      const ssize_t w = ::pwrite(fd_, data, n, offset);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) fail(tmp_, "write failed: {}", std::strerror(errno));
-      data += w;
-      n -= static_cast<size_t>(w);
-      offset += w;
-    }
-  }
-  void commit() {
-    if (::fsync(fd_) != 0) fail(tmp_, "fsync failed: {}", std::strerror(errno));
-    ::close(fd_);
-    fd_ = -1;
-    fs::rename(tmp_, path_);
-    committed_ = true;
-  }
-
- private:
-  fs::path path_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 std::string region_hash(const WeightSource& file, int64_t offset, int64_t size) {
   Sha256Stream h;
   std::string buf;
@@ -291,7 +254,7 @@ std::vector<WeightRegion> weight_regions(const WeightSource& file) {
   if (size < 8) return whole;
   uint64_t header_size = 0;
   file.read(0, {reinterpret_cast<char*>(&header_size), 8});
-  if (header_size > static_cast<uint64_t>(size - 8) || header_size > kMaxDeltaFooterBytes)
+  if (header_size > static_cast<uint64_t>(size - 8) || header_size > kMaxWeightsHeaderBytes)
     return whole;
   const int64_t data_start = 8 + static_cast<int64_t>(header_size);
   std::string header(header_size, '\0');
@@ -387,25 +350,132 @@ std::optional<DeltaStats> make_delta(const WeightSource& base, const WeightSourc
   return stats;
 }
 
+namespace {
+
+void pwrite_all(int fd, const std::string& path, int64_t offset, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, data, n, offset);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail(path, "write failed: {}", std::strerror(errno));
+    data += w;
+    n -= static_cast<size_t>(w);
+    offset += w;
+  }
+}
+
+int open_for_writing(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+  if (fd < 0) fail(path, "cannot create the file: {}", std::strerror(errno));
+  return fd;
+}
+
+void fsync_or_fail(int fd, const std::string& path) {
+  if (::fsync(fd) != 0) fail(path, "fsync failed: {}", std::strerror(errno));
+}
+
+}  // namespace
+
+FileSink::FileSink(const fs::path& path) : path_(path), tmp_(path.string() + ".partial") {
+  if (!path.parent_path().empty()) fs::create_directories(path.parent_path());
+  fd_ = open_for_writing(tmp_, O_TRUNC);
+}
+
+FileSink::~FileSink() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void FileSink::write_at(int64_t offset, const char* data, size_t n) {
+  pwrite_all(fd_, tmp_, offset, data, n);
+}
+
+void FileSink::commit() {
+  fsync_or_fail(fd_, tmp_);
+  ::close(fd_);
+  fd_ = -1;
+  fs::rename(tmp_, path_);
+  committed_ = true;
+}
+
+ShardSink::ShardSink(const fs::path& dir, int64_t size, int64_t shard_size, FileKind kind)
+    : dir_(dir), size_(size), shard_size_(shard_size), kind_(kind) {
+  if (shard_size <= 0 || size <= 0) fail(dir.string(), "no shards to write");
+  fs::create_directories(dir);
+  for (int64_t at = 0; at < size_; at += shard_size_) {
+    std::error_code ec;  // a crashed earlier attempt's leftovers
+    fs::remove(partial(static_cast<size_t>(at / shard_size_)), ec);
+  }
+}
+
+ShardSink::~ShardSink() {
+  if (committed_) return;
+  for (int64_t at = 0; at < size_; at += shard_size_) {
+    std::error_code ec;
+    fs::remove(partial(static_cast<size_t>(at / shard_size_)), ec);
+  }
+}
+
+fs::path ShardSink::partial(size_t index) const {
+  return dir_ / (shard_file_name(index, kind_) + ".partial");
+}
+
+void ShardSink::write_at(int64_t offset, const char* data, size_t n) {
+  while (n > 0) {
+    const auto index = static_cast<size_t>(offset / shard_size_);
+    const int64_t within = offset % shard_size_;
+    const size_t part =
+        static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(n), shard_size_ - within));
+    const std::string path = partial(index).string();
+    const int fd = open_for_writing(path, 0);
+    try {
+      pwrite_all(fd, path, within, data, part);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+    offset += static_cast<int64_t>(part);
+    data += part;
+    n -= part;
+  }
+}
+
+void ShardSink::commit() {
+  for (int64_t at = 0; at < size_; at += shard_size_) {
+    const auto index = static_cast<size_t>(at / shard_size_);
+    const std::string path = partial(index).string();
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail(path, "cannot open the shard: {}", std::strerror(errno));
+    const bool synced = ::fsync(fd) == 0;
+    ::close(fd);
+    if (!synced) fail(path, "fsync failed: {}", std::strerror(errno));
+  }
+  for (int64_t at = 0; at < size_; at += shard_size_) {
+    const auto index = static_cast<size_t>(at / shard_size_);
+    fs::rename(partial(index), dir_ / shard_file_name(index, kind_));
+  }
+  committed_ = true;
+}
+
 void apply_delta(const WeightSource& base, const fs::path& delta_path,
                  const std::vector<TensorHash>& tensors, const fs::path& out,
                  const std::string& where) {
   const MappedFile map(delta_path);
-  apply_delta_bytes(
+  FileSink file(out);
+  apply_delta(
       base, std::string_view(reinterpret_cast<const char*>(map.bytes().data()), map.bytes().size()),
-      tensors, out, where);
+      tensors, file, where);
 }
 
-void apply_delta_bytes(const WeightSource& base, std::string_view delta,
-                       const std::vector<TensorHash>& tensors, const fs::path& out,
-                       const std::string& where) {
+void apply_delta(const WeightSource& base, std::string_view delta,
+                 const std::vector<TensorHash>& tensors, WeightSink& file,
+                 const std::string& where) {
   const std::vector<Block> blocks = read_footer(delta, base.size(), where);
   int64_t covered = 0;
   for (const auto& t : tensors) covered = t.offset == covered ? covered + t.size : -1;
   if (tensors.empty() || covered != base.size())
     fail(where, "the tensor hashes do not cover the {} bytes of the file", base.size());
 
-  OutputFile file(out);
   size_t tensor = 0;
   Sha256Stream hash;
   // Feeds [offset, offset + bytes.size()) of the result to the tensors' hashes, checking each

@@ -43,6 +43,9 @@ namespace trellis::shardcast {
 
 inline constexpr int64_t kDeltaBlockElements = int64_t{1} << 20;
 inline constexpr size_t kMaxDeltaFooterBytes = size_t{64} << 20;
+// A safetensors header longer than this is not parsed for tensors (the file is then one region of
+// bytes): the limit of model/safetensors.h, which shardcast cannot link (it stays torch-free).
+inline constexpr uint64_t kMaxWeightsHeaderBytes = 100'000'000;
 
 // Random-access bytes of a weights file: one file, or a version's shards on a server.
 class WeightSource {
@@ -104,16 +107,59 @@ std::optional<DeltaStats> make_delta(const WeightSource& base, const WeightSourc
                                      const std::vector<WeightRegion>& regions,
                                      const std::filesystem::path& out);
 
-// Applies `delta` to `base` and writes the result to `out` (atomically), checking each tensor
-// against `tensors` (contiguous, covering the result). Error naming `where` and the tensor or the
-// delta's field when the delta is malformed, made for a base of another size, or a tensor of the
-// result does not match.
+// Where apply_delta writes its result: bytes at offsets (every byte at least once), then
+// commit(). Destroyed without commit(), it leaves nothing behind.
+class WeightSink {
+ public:
+  virtual ~WeightSink() = default;
+  virtual void write_at(int64_t offset, const char* data, size_t n) = 0;
+  virtual void commit() = 0;
+};
+
+// One file, written as PATH.partial and renamed to PATH by commit().
+class FileSink : public WeightSink {
+ public:
+  explicit FileSink(const std::filesystem::path& path);
+  ~FileSink() override;
+  void write_at(int64_t offset, const char* data, size_t n) override;
+  void commit() override;
+
+ private:
+  std::filesystem::path path_;
+  std::string tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// The shard files of a `size`-byte file cut every `shard_size` bytes (shard_file_name(i, kind) in
+// `dir`): a relay makes a version's shards straight from its delta, without writing the whole
+// file first. Each is written as NAME.partial, opened per write (a large model has thousands of
+// shards), and renamed by commit().
+class ShardSink : public WeightSink {
+ public:
+  ShardSink(const std::filesystem::path& dir, int64_t size, int64_t shard_size, FileKind kind);
+  ~ShardSink() override;
+  void write_at(int64_t offset, const char* data, size_t n) override;
+  void commit() override;
+
+ private:
+  std::filesystem::path partial(size_t index) const;
+
+  std::filesystem::path dir_;
+  int64_t size_, shard_size_;
+  FileKind kind_;
+  bool committed_ = false;
+};
+
+// Applies `delta` (its bytes) to `base` and writes the result to `out`, committing it only when
+// every tensor matches `tensors` (contiguous, covering the result): then the result is the signed
+// file, byte for byte. Error naming `where` and the tensor or the delta's field when the delta is
+// malformed, made for a base of another size, or a tensor of the result does not match.
+void apply_delta(const WeightSource& base, std::string_view delta,
+                 const std::vector<TensorHash>& tensors, WeightSink& out, const std::string& where);
+// The same from a delta file, into the file `out`.
 void apply_delta(const WeightSource& base, const std::filesystem::path& delta,
                  const std::vector<TensorHash>& tensors, const std::filesystem::path& out,
                  const std::string& where);
-// The same with the delta's bytes in memory.
-void apply_delta_bytes(const WeightSource& base, std::string_view delta,
-                       const std::vector<TensorHash>& tensors, const std::filesystem::path& out,
-                       const std::string& where);
 
 }  // namespace trellis::shardcast

@@ -4,11 +4,14 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 
 #include "model/fp8/block_quant.h"
 #include "model/presets.h"
+#include "model/rope_reference.h"
 
 namespace trellis::model {
 namespace {
@@ -64,14 +67,16 @@ torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens
     return x / torch::sqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps) * w;
   };
   const int64_t T = tokens.size(0), hd = c.head_dim;
+  const auto inv_freq = reference::inv_freq(c);
+  const double rope_scale = reference::attention_factor(c.rope_scaling);
   auto rope_row = [&](torch::Tensor v, int64_t pos) {  // v: [hd]
     auto out = v.clone();
     for (int64_t i = 0; i < hd / 2; ++i) {
-      double inv = std::pow(c.rope_theta, -2.0 * i / hd);
-      double a = pos * static_cast<double>(static_cast<float>(inv));
+      double a = pos * static_cast<double>(static_cast<float>(inv_freq[i]));
+      double cos = rope_scale * std::cos(a), sin = rope_scale * std::sin(a);
       double x1 = v[i].item<double>(), x2 = v[i + hd / 2].item<double>();
-      out[i] = x1 * std::cos(a) - x2 * std::sin(a);
-      out[i + hd / 2] = x2 * std::cos(a) + x1 * std::sin(a);
+      out[i] = x1 * cos - x2 * sin;
+      out[i + hd / 2] = x2 * cos + x1 * sin;
     }
     return out;
   };
@@ -137,6 +142,27 @@ TEST_P(TransformerArch, MatchesNaiveReference) {
   auto ref = reference_logits(*m, tokens);
   EXPECT_LT(max_diff(ours, ref), 1e-4) << arch_name(c.arch);
   EXPECT_GT(ref.abs().max().item<double>(), 0.1);  // not trivially zero
+}
+
+// Each rope_scaling, with an original context short enough that the tiny model's frequencies
+// fall on both sides of it, against the reference; and it must change the logits.
+TEST(Transformer, RopeScalingMatchesNaiveReference) {
+  torch::NoGradGuard g;
+  const HfConfig plain = tiny(Arch::Llama);
+  const auto tokens = random_tokens(11, plain.vocab_size, 7);
+  const auto plain_logits = make_model(plain, torch::kFloat32)->forward(tokens).logits;
+  for (const char* scaling :
+       {R"({"rope_type": "linear", "factor": 4.0})",
+        R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64})",
+        R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64})"}) {
+    HfConfig c = plain;
+    c.rope_scaling = RopeScaling::from_json(Json::parse(scaling), "test");
+    auto m = make_model(c, torch::kFloat32);
+    auto ours = m->forward(tokens).logits;
+    EXPECT_LT(max_diff(ours, reference_logits(*m, tokens)), 1e-4) << scaling;
+    EXPECT_GT(max_diff(ours, plain_logits), 1e-3) << scaling;
+  }
 }
 
 TEST_P(TransformerArch, PackedEqualsPerSample) {
@@ -235,6 +261,73 @@ TEST_P(TransformerArch, Fp8LayersMatchTheirDefinitionOnEveryPath) {
 INSTANTIATE_TEST_SUITE_P(AllArchs, TransformerArch,
                          ::testing::Values(Arch::Llama, Arch::Qwen2, Arch::Qwen3),
                          [](const auto& info) { return std::string(arch_name(info.param)); });
+
+// The autograd nodes reachable from `t`, by name.
+std::map<std::string, int> graph_nodes(const torch::Tensor& t) {
+  std::map<std::string, int> names;
+  std::set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{t.grad_fn().get()};
+  while (!todo.empty()) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node).second) continue;
+    ++names[node->name()];
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  return names;
+}
+
+int nodes_named(const std::map<std::string, int>& nodes, const std::string& part) {
+  int n = 0;
+  for (const auto& [name, count] : nodes)
+    if (name.find(part) != std::string::npos) n += count;
+  return n;
+}
+
+// Activation checkpointing changes where activations live, never the numbers: the logits and
+// every parameter's gradient equal the plain backward's (fp32, bf16 compute, FP8 layers). And it
+// does change where they live: the graph holds one node per layer instead of the layers' ops.
+TEST(Transformer, RecomputedLayersGiveTheSameGradients) {
+  for (auto [arch, dtype, fp8] : {std::tuple{Arch::Qwen2, torch::kFloat32, false},
+                                  std::tuple{Arch::Qwen3, torch::kBFloat16, false},
+                                  std::tuple{Arch::Llama, torch::kFloat32, true}}) {
+    HfConfig c = tiny(arch);
+    auto m = make_model(c, dtype);
+    m->set_requires_grad(true);
+    const std::vector<int64_t> lens = {9, 14};
+    auto tokens = random_tokens(23, c.vocab_size, 11);
+    auto positions = torch::cat({torch::arange(9), torch::arange(14)});
+    auto rows = torch::tensor({3, 8, 10, 20, 22});
+    auto target = at::normal(0.0, 1.0, {5, c.vocab_size}, at::detail::createCPUGenerator(4));
+    auto run = [&](bool recompute) {
+      for (auto& [_, p] : m->named_parameters()) p.mutable_grad() = torch::Tensor();
+      auto logits = m->forward_packed(tokens, positions, lens,
+                                      {.rows = rows, .fp8 = fp8, .recompute_layers = recompute})
+                        .logits;
+      const auto nodes = graph_nodes(logits);
+      EXPECT_EQ(nodes_named(nodes, "RecomputedLayer"), recompute ? c.num_hidden_layers : 0);
+      // Without recompute, every op of every layer is in the graph, with what it saved.
+      const int total = nodes_named(nodes, "") - nodes_named(nodes, "AccumulateGrad");
+      // With it: the layer nodes and the ops outside the layers (embedding, final norm, LM head,
+      // casts).
+      if (recompute) EXPECT_LE(total, c.num_hidden_layers + 10) << arch_name(arch);
+      if (!recompute) EXPECT_GT(total, 10 * c.num_hidden_layers) << arch_name(arch);
+      (logits * target).sum().backward();
+      std::vector<torch::Tensor> grads{logits.detach()};
+      for (auto& [_, p] : m->named_parameters()) grads.push_back(p.grad().clone());
+      return grads;
+    };
+    const auto plain = run(false), recomputed = run(true);
+    ASSERT_EQ(plain.size(), recomputed.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const std::string what = i == 0 ? "logits" : m->named_parameters()[i - 1].first;
+      ASSERT_TRUE(recomputed[i].defined()) << what;
+      const double scale = plain[i].abs().max().item<double>();
+      EXPECT_GT(scale, 0) << what;
+      EXPECT_LE(max_diff(plain[i], recomputed[i]), 1e-6 * scale) << arch_name(arch) << " " << what;
+    }
+  }
+}
 
 TEST(Transformer, HiddenStatesAreTheLmHeadInput) {
   torch::NoGradGuard g;

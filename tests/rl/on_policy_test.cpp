@@ -65,12 +65,12 @@ Mismatch measure(model::Transformer& model, bool engine_fp8, bool trainer_fp8,
   Mismatch m;
   {
     torch::NoGradGuard no_grad;
-    m.scoring =
-        mismatch_k3(sequence_logprobs(model, packed, 0, false, trainer_fp8).logp, r.behaviour);
+    m.scoring = mismatch_k3(sequence_logprobs(model, packed, 0, false, {.fp8 = trainer_fp8}).logp,
+                            r.behaviour);
   }
   model.set_requires_grad(true);
-  m.training =
-      mismatch_k3(sequence_logprobs(model, packed, 0, false, trainer_fp8).logp, r.behaviour);
+  m.training = mismatch_k3(sequence_logprobs(model, packed, 0, false, {.fp8 = trainer_fp8}).logp,
+                           r.behaviour);
   model.set_requires_grad(false);
   return m;
 }

@@ -3,6 +3,7 @@
 // a corrupt delta, a wrong base, or a delta applied twice.
 #include "shardcast/weight_delta.h"
 
+#include <algorithm>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -171,6 +172,47 @@ TEST(WeightDelta, ACorruptDeltaIsAnErrorNeverACrashOrWrongWeights) {
     }
   }
   EXPECT_GT(errors, 250);
+}
+
+// Into a version's shard files (a relay): the shards are the file cut every shard_size bytes,
+// each committed only when every tensor matched; a failed apply leaves no shard, partial or not.
+TEST(WeightDelta, AppliesIntoShardFiles) {
+  TempDir tmp;
+  FakeWeights w(8);
+  write_file_atomic(tmp.path() / "v1", w.file());
+  w.step(0.03);
+  const std::string want = w.file();
+  write_file_atomic(tmp.path() / "v2", want);
+  const FileWeights v1(tmp.path() / "v1"), v2(tmp.path() / "v2");
+  ASSERT_TRUE(make_delta(v1, v2, weight_regions(v2), tmp.path() / "d"));
+  const std::string delta = read_file(tmp.path() / "d");
+  const auto hashes = hashes_of(tmp.path() / "v2");
+  const auto size = static_cast<int64_t>(want.size());
+  const int64_t shard_size = size / 5 + 3;  // shards end inside tensors; the last one shorter
+  {
+    ShardSink sink(tmp.path() / "shards", size, shard_size, FileKind::Full);
+    apply_delta(v1, delta, hashes, sink, "test");
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.path() / "shards"))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_EQ(names.size(), 5u);
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(names[i], shard_file_name(i));
+    EXPECT_EQ(read_file(tmp.path() / "shards" / names[i]),
+              want.substr(i * static_cast<size_t>(shard_size), static_cast<size_t>(shard_size)))
+        << names[i];
+  }
+  // The wrong base: an Error, and the directory stays empty.
+  FakeWeights other(98);
+  write_file_atomic(tmp.path() / "other", other.file());
+  const std::string error = error_of([&] {
+    ShardSink sink(tmp.path() / "failed", size, shard_size, FileKind::Full);
+    apply_delta(FileWeights(tmp.path() / "other"), delta, hashes, sink, "test");
+  });
+  EXPECT_NE(error.find("does not match the trainer's signed hash"), std::string::npos) << error;
+  EXPECT_TRUE(fs::is_empty(tmp.path() / "failed"));
 }
 
 }  // namespace
