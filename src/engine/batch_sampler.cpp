@@ -8,8 +8,9 @@
 
 namespace trellis::engine {
 
-BatchSamples sample_batch(const torch::Tensor& logits, const std::vector<SamplingParams>& params,
-                          const std::vector<double>& u) {
+std::vector<Sample> sample_batch(const torch::Tensor& logits,
+                                 const std::vector<SamplingParams>& params,
+                                 const std::vector<double>& u) {
   constexpr const char* kWhere = "sample_batch";
   if (logits.dim() != 2 || logits.scalar_type() != torch::kFloat32)
     fail(kWhere, "logits must be fp32 [rows, vocab]");
@@ -19,8 +20,7 @@ BatchSamples sample_batch(const torch::Tensor& logits, const std::vector<Samplin
          u.size());
   if (vocab <= 0 || vocab > std::numeric_limits<int32_t>::max())
     fail(kWhere, "vocab must be in [1, 2^31), got {}", vocab);
-  BatchSamples out;
-  if (rows == 0) return out;
+  if (rows == 0) return {};
 
   std::vector<double> temperature(rows), top_p(rows), target_u(rows);
   std::vector<int64_t> limit(rows), greedy(rows);
@@ -53,13 +53,15 @@ BatchSamples sample_batch(const torch::Tensor& logits, const std::vector<Samplin
   // Rows with a NaN, a +inf, or no finite logit: the scalar sampler names the culprit.
   const auto bad =
       (~torch::isfinite(sum)).logical_or(~torch::isfinite(max.squeeze(1))).to(torch::kCPU);
-  for (int64_t i = 0; i < rows; ++i) {
-    if (!bad[i].item<bool>()) continue;
-    const auto row = logits[i].to(torch::kCPU).contiguous();
-    try {
-      sample_token(row.data_ptr<float>(), vocab, params[i], u[i]);
-    } catch (const Error& e) {
-      throw Error(e.what(), fmt::format("{}: row {}", kWhere, i));
+  if (bad.any().item<bool>()) {
+    for (int64_t i = 0; i < rows; ++i) {
+      if (!bad[i].item<bool>()) continue;
+      const auto row = logits[i].to(torch::kCPU).contiguous();
+      try {
+        sample_token(row.data_ptr<float>(), vocab, params[i], u[i]);
+      } catch (const Error& e) {
+        throw Error(e.what(), fmt::format("{}: row {}", kWhere, i));
+      }
     }
   }
 
@@ -101,8 +103,9 @@ BatchSamples sample_batch(const torch::Tensor& logits, const std::vector<Samplin
 
   const auto tokens = token.to(torch::kCPU).to(torch::kInt32).contiguous();
   const auto logps = logprob.to(torch::kCPU).to(torch::kFloat32).contiguous();
-  out.tokens.assign(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + rows);
-  out.logprobs.assign(logps.data_ptr<float>(), logps.data_ptr<float>() + rows);
+  std::vector<Sample> out(rows);
+  for (int64_t i = 0; i < rows; ++i)
+    out[i] = {tokens.data_ptr<int32_t>()[i], logps.data_ptr<float>()[i]};
   return out;
 }
 

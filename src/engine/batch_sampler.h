@@ -19,14 +19,10 @@
 
 namespace trellis::engine {
 
-struct BatchSamples {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;  // as Sample::logprob
-};
-
 // logits: fp32 [rows, vocab] on any device (ids >= vocab are never sampled: pass a narrowed
-// view); params and u: one per row. Errors as sample_token's, naming the row.
-BatchSamples sample_batch(const torch::Tensor& logits, const std::vector<SamplingParams>& params,
-                          const std::vector<double>& u);
+// view); params and u: one per row. One Sample per row; errors as sample_token's, naming the row.
+std::vector<Sample> sample_batch(const torch::Tensor& logits,
+                                 const std::vector<SamplingParams>& params,
+                                 const std::vector<double>& u);
 
 }  // namespace trellis::engine

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/logging.h"
+#include "engine/batch_sampler.h"
 #include "engine/kv_cache.h"
 #include "model/paged_attention.h"
 
@@ -81,6 +82,7 @@ struct Engine::Impl {
   model::Transformer& model;
   EngineOptions opt;
   int64_t context, vocab_limit;
+  bool sample_in_tensor_ops;  // opt.sample_in_tensor_ops, or a model off the CPU
   std::unique_ptr<PagedKVCache> cache;
   int64_t version = 0, admissions = 0;
   std::deque<std::unique_ptr<Seq>> waiting;
@@ -103,6 +105,7 @@ struct Engine::Impl {
     const auto& cfg = model.config();
     context = cfg.max_position_embeddings;
     vocab_limit = opt.vocab_limit > 0 ? std::min(opt.vocab_limit, cfg.vocab_size) : cfg.vocab_size;
+    sample_in_tensor_ops = opt.sample_in_tensor_ops || !model.compute().device.is_cpu();
     if (opt.max_num_seqs <= 0 || opt.max_batch_tokens <= 0 || opt.kv_cache_tokens < 0 ||
         opt.kv_cache_mib <= 0) {
       throw Error("max_num_seqs, max_batch_tokens and kv_cache_mib must be positive",
@@ -290,27 +293,49 @@ struct Engine::Impl {
     hidden_cv.notify_one();
   }
 
-  // Samples the next token of `owner` (of each of its completions if it is a shared prefill);
-  // appends the sampled completions to `sampled`.
-  void sample(std::unique_ptr<Seq>& owner, const float* logits,
-              std::vector<std::unique_ptr<Seq>>& born, std::vector<Seq*>& sampled) {
-    for (Seq* s : split(owner, born)) {
-      sampled.push_back(s);
-      const Request& r = s->group->request;
-      const double u = sampling_uniform(s->c.seed, s->length());
-      const Sample smp = sample_token(logits, vocab_limit, r.sampling, u);
-      s->c.tokens.push_back(smp.token);
-      s->c.logprobs.push_back(smp.logprob);
-      s->c.versions.push_back(version);
-      if (r.top_logprobs > 0) {
-        s->c.top_logprobs.push_back(
-            top_logprobs(logits, vocab_limit, r.sampling.temperature, r.top_logprobs));
-      }
-      ++stats.tokens_generated;
-      if (s->group->callbacks.on_token) {
-        s->group->callbacks.on_token({s->c, smp.token, smp.logprob});
-      }
+  // One completion's next token and the row of this step's logits it comes from.
+  struct Draw {
+    Seq* seq;
+    int64_t row;
+  };
+
+  // Samples every draw from logits [rows, vocab] by the verifiable rule: row by row on the CPU,
+  // or in tensor ops on the logits' device (engine/batch_sampler), so that only the tokens leave
+  // it. The two give the same tokens (tests/engine/engine_test.cpp).
+  std::vector<Sample> sample_draws(const torch::Tensor& logits, const std::vector<Draw>& draws) {
+    std::vector<SamplingParams> params;
+    std::vector<double> u;
+    for (const Draw& d : draws) {
+      params.push_back(d.seq->group->request.sampling);
+      u.push_back(sampling_uniform(d.seq->c.seed, d.seq->length()));
     }
+    if (sample_in_tensor_ops) {
+      std::vector<int64_t> rows;
+      for (const Draw& d : draws) rows.push_back(d.row);
+      auto index = torch::tensor(rows, torch::kInt64).to(logits.device());
+      return sample_batch(logits.index_select(0, index).narrow(1, 0, vocab_limit), params, u);
+    }
+    std::vector<Sample> out;
+    for (size_t i = 0; i < draws.size(); ++i) {
+      out.push_back(
+          sample_token(logits[draws[i].row].data_ptr<float>(), vocab_limit, params[i], u[i]));
+    }
+    return out;
+  }
+
+  // Appends a sampled token (and its top log-probs when asked for) to its completion.
+  void append(Seq& s, const Sample& smp, const torch::Tensor& logits_row) {
+    const Request& r = s.group->request;
+    s.c.tokens.push_back(smp.token);
+    s.c.logprobs.push_back(smp.logprob);
+    s.c.versions.push_back(version);
+    if (r.top_logprobs > 0) {
+      const auto row = logits_row.to(torch::kCPU).contiguous();
+      s.c.top_logprobs.push_back(
+          top_logprobs(row.data_ptr<float>(), vocab_limit, r.sampling.temperature, r.top_logprobs));
+    }
+    ++stats.tokens_generated;
+    if (s.group->callbacks.on_token) s.group->callbacks.on_token({s.c, smp.token, smp.logprob});
   }
 
   StepStats step() {
@@ -377,7 +402,7 @@ struct Engine::Impl {
          .hidden = any_hidden,
          .rows = torch::tensor(rows, torch::kInt64),
          .fp8 = opt.fp8});
-    auto logits = out.logits.to(torch::kCPU).contiguous();
+    auto logits = sample_in_tensor_ops ? out.logits : out.logits.to(torch::kCPU).contiguous();
     torch::Tensor hidden_rows;
     if (any_hidden) hidden_rows = out.hidden.to(torch::kCPU).clone();
 
@@ -398,15 +423,21 @@ struct Engine::Impl {
     for (const auto& e : batch) {
       if (e.sample_row >= 0) sample_rows[e.seq] = e.sample_row;
     }
+    // A shared prefill's row is sampled once for each of its completions.
     std::vector<std::unique_ptr<Seq>> born;
-    std::vector<Seq*> sampled;
+    std::vector<Draw> draws;
     for (auto& owner : running) {
       auto it = sample_rows.find(owner.get());
       if (it == sample_rows.end()) continue;
-      sample(owner, logits.data_ptr<float>() + it->second * logits.size(1), born, sampled);
+      for (Seq* s : split(owner, born)) draws.push_back({s, it->second});
     }
     for (auto& b : born) running.push_back(std::move(b));
-    std::unordered_set<const Seq*> just_sampled(sampled.begin(), sampled.end());
+    const auto samples = sample_draws(logits, draws);
+    std::unordered_set<const Seq*> just_sampled;
+    for (size_t i = 0; i < draws.size(); ++i) {
+      append(*draws[i].seq, samples[i], logits[draws[i].row]);
+      just_sampled.insert(draws[i].seq);
+    }
     for (auto& s : running) {
       if (!just_sampled.count(s.get())) continue;
       const Request& r = s->group->request;

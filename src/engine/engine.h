@@ -39,6 +39,9 @@ struct EngineOptions {
   int64_t vocab_limit = 0;    // sample only ids below this (the tokenizer's size); 0 = model's
   int64_t max_retention = 0;  // C3PO++ σ: purge completions spanning more versions; 0 = never
   bool fp8 = false;           // the model's linear layers in FP8 (ForwardOptions::fp8)
+  // Sample with engine/batch_sampler in tensor ops where the logits are (always so for a model
+  // off the CPU, where it keeps the logits there); else row by row on the CPU. Same tokens.
+  bool sample_in_tensor_ops = false;
 };
 
 struct Request {

@@ -572,6 +572,12 @@ struct TokenViews {
     auto off = slot.remainder(B);
     return {slot.div(B, "floor"), off.div(2, "floor"), off.remainder(2)};
   }
+  // The keys and values [..., KV, hd] of the tokens in slots [...].
+  std::pair<torch::Tensor, torch::Tensor> gather(const torch::Tensor& slots) const {
+    auto k = keys.index(key_index(slots)), v = values.index(value_index(slots));
+    if (bf16) k = k.flatten(-2);  // [..., KV, hd / 2, 2] -> [..., KV, hd]
+    return {k, v};
+  }
 };
 
 TokenViews token_views(const torch::Tensor& key_cache, const torch::Tensor& value_cache) {
@@ -583,9 +589,34 @@ TokenViews token_views(const torch::Tensor& key_cache, const torch::Tensor& valu
           value_cache.view({N, KV, B / 2, hd, 2}).permute({0, 2, 4, 1, 3}), true};
 }
 
+// The attention of queries q [D, H, hd] at positions [D] (device int64) over their sequences'
+// cached tokens 0 .. position, with the rounding of fused::composed::cached_attention: scores in
+// the cache's dtype, softmax in fp32, probabilities back in the cache's dtype.
+torch::Tensor decode_attention(const torch::Tensor& q, const TokenViews& views,
+                               const torch::Tensor& tables, const torch::Tensor& positions,
+                               int64_t length) {
+  const int64_t D = q.size(0), H = q.size(1), hd = q.size(2);
+  auto idx = torch::arange(length, positions.options());  // [L]
+  auto blocks = tables.gather(1, idx.div(B, "floor").unsqueeze(0).expand({D, length}));
+  auto [keys, vals] =
+      views.gather(blocks.to(torch::kInt64) * B + idx.remainder(B));  // [D, L, KV, hd]
+  const int64_t KV = keys.size(2);
+  auto future = idx.unsqueeze(0) > positions.unsqueeze(1);  // [D, L]
+  // Padding past a sequence's end reads whatever the pool holds there (stale or never written):
+  // its probability is zero, and zeroed values keep a NaN there out of the sum.
+  vals = vals.masked_fill(future.view({D, length, 1, 1}), 0);
+  auto qg = q.view({D, KV, H / KV, hd});
+  auto scores = torch::matmul(qg, keys.permute({0, 2, 3, 1})).to(torch::kFloat32) /
+                std::sqrt(static_cast<double>(hd));  // [D, KV, group, L]
+  auto probs = torch::softmax(scores.masked_fill(future.view({D, 1, 1, length}), -INFINITY), -1)
+                   .to(q.scalar_type());
+  return torch::matmul(probs, vals.permute({0, 2, 1, 3})).reshape({D, H * hd});
+}
+
 torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_cache,
-                              const torch::Tensor& value_cache, const PagedBatch& batch) {
+                              const torch::Tensor& value_cache, const PagedBatch& batch,
+                              int64_t decode_chunk_elements) {
   check_args(q, k, key_cache, batch);
   const auto dev = q.device();
   const int64_t T = q.size(0), KV = k.size(1), hd = k.size(2);
@@ -596,27 +627,54 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
 
   auto positions = batch.positions.to(torch::kCPU, torch::kInt64).contiguous();
   auto token_seq = batch.token_seq.to(torch::kCPU, torch::kInt64).contiguous();
-  auto tables = batch.block_tables.to(torch::kCPU, torch::kInt64);
+  auto tables = batch.block_tables.to(dev);
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* seq = token_seq.data_ptr<int64_t>();
-  std::vector<torch::Tensor> outs;
-  // Runs of consecutive tokens of one sequence at consecutive positions form one query block.
+  // Runs of consecutive tokens of one sequence at consecutive positions: a prefill chunk is one
+  // run (its own causal block), a decode token a run of one (batched with the others).
+  std::vector<int64_t> order, decode;  // order: the token behind each row of the parts below
+  std::vector<torch::Tensor> parts;
   for (int64_t t = 0; t < T;) {
     int64_t e = t + 1;
     while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
+    if (e - t == 1) {
+      decode.push_back(t++);
+      continue;
+    }
     const int64_t n = pos[e - 1] + 1;
-    auto idx = torch::arange(n, torch::kInt64);
-    auto token_slots =
-        (tables[seq[t]].index_select(0, idx.div(B, "floor")) * B + idx.remainder(B)).to(dev);
-    auto keys = views.keys.index(views.key_index(token_slots)).reshape({n, KV, hd});
-    auto vals = views.values.index(views.value_index(token_slots));
-    keys = keys.permute({1, 0, 2}).unsqueeze(0);  // [1, KV, n, hd]
+    auto idx = torch::arange(n, tables.options().dtype(torch::kInt64));
+    auto token_slots = tables[seq[t]].index_select(0, idx.div(B, "floor")).to(torch::kInt64) * B +
+                       idx.remainder(B);
+    auto [keys, vals] = views.gather(token_slots);  // [n, KV, hd]
+    keys = keys.permute({1, 0, 2}).unsqueeze(0);    // [1, KV, n, hd]
     vals = vals.permute({1, 0, 2}).unsqueeze(0);
     auto qs = q.narrow(0, t, e - t).unsqueeze(0);  // [1, t, heads, hd]
-    outs.push_back(model::fused::composed::cached_attention(qs, keys, vals, pos[t]).squeeze(0));
-    t = e;
+    parts.push_back(model::fused::composed::cached_attention(qs, keys, vals, pos[t]).squeeze(0));
+    for (; t < e; ++t) order.push_back(t);
   }
-  return torch::cat(outs);
+  std::stable_sort(decode.begin(), decode.end(),
+                   [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
+  for (size_t i = 0; i < decode.size();) {
+    size_t j = i + 1;
+    while (j < decode.size() && static_cast<int64_t>(j + 1 - i) * (pos[decode[j]] + 1) * KV * hd <=
+                                    decode_chunk_elements) {
+      ++j;
+    }
+    std::vector<int64_t> chunk(decode.begin() + i, decode.begin() + j);
+    auto rows = torch::tensor(chunk, torch::kInt64);
+    auto chunk_pos = positions.index_select(0, rows).to(dev);
+    auto chunk_tables = tables.index_select(0, token_seq.index_select(0, rows).to(dev));
+    parts.push_back(decode_attention(q.index_select(0, rows.to(dev)), views, chunk_tables,
+                                     chunk_pos, pos[chunk.back()] + 1));
+    order.insert(order.end(), chunk.begin(), chunk.end());
+    i = j;
+  }
+  auto out = parts.size() == 1 ? parts[0] : torch::cat(parts);
+  // Back into token order, unless the parts already are (a prefill, or one decode chunk in order).
+  if (std::is_sorted(order.begin(), order.end())) return out;
+  std::vector<int64_t> row_of(T);
+  for (int64_t r = 0; r < T; ++r) row_of[order[r]] = r;
+  return out.index_select(0, torch::tensor(row_of, torch::kInt64).to(dev));
 }
 
 }  // namespace composed

@@ -45,11 +45,16 @@ torch::Tensor paged_packed_attention(const torch::Tensor& q, const torch::Tensor
                                      const torch::Tensor& v, const std::vector<int64_t>& seq_lens);
 
 namespace composed {
-// The same from ATen ops: gathers each sequence's keys into a contiguous tensor and runs the
-// model's composed attention. Any device; the tests' second code path.
+// The same from ATen ops, for any device (the tests' second code path, and the path for
+// accelerators): each prefill chunk gathers its sequence's keys and runs the model's composed
+// attention; the decode tokens of all sequences go through a padded, masked batch (a fixed
+// number of kernels however many sequences decode). Decode tokens are sorted by length into chunks
+// of at most decode_chunk_elements gathered key elements, which bounds the padded copies.
+constexpr int64_t kDecodeChunkElements = int64_t{1} << 26;
 torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_cache,
-                              const torch::Tensor& value_cache, const PagedBatch& batch);
+                              const torch::Tensor& value_cache, const PagedBatch& batch,
+                              int64_t decode_chunk_elements = kDecodeChunkElements);
 }  // namespace composed
 
 }  // namespace trellis::model

@@ -32,8 +32,8 @@ void apply_retention(const fs::path& data_dir, Manifest& manifest, int64_t keep)
   for (int64_t v : dropped) fs::remove_all(data_dir / version_dir_name(v));
 }
 
-}  // namespace
-
+// Cuts `file` into shards of `shard_size` in `dir` (shard_file_name(i, kind)), each written
+// atomically, and returns their sizes and hashes with the whole file's (version unset).
 ShardedFile write_shards(const fs::path& file, const fs::path& dir, int64_t shard_size,
                          FileKind kind) {
   std::ifstream in(file, std::ios::binary);
@@ -60,6 +60,8 @@ ShardedFile write_shards(const fs::path& file, const fs::path& dir, int64_t shar
   out.sha256 = whole.hex();
   return out;
 }
+
+}  // namespace
 
 VersionEntry publish_version(const fs::path& data_dir, int64_t version, int64_t step,
                              const fs::path& file, const Identity& signer,

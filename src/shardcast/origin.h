@@ -30,11 +30,6 @@ struct PublishOptions {
   double max_delta_fraction = 0.5;
 };
 
-// Cuts `file` into shards of `shard_size` in `dir` (shard_file_name(i, kind)), each written
-// atomically, and returns their sizes and hashes with the whole file's (version unset).
-ShardedFile write_shards(const std::filesystem::path& file, const std::filesystem::path& dir,
-                         int64_t shard_size, FileKind kind);
-
 // Publishes `file` as `version` (replacing an existing entry of that number) and returns its
 // entry. Error naming the file or directory when reading or writing fails.
 VersionEntry publish_version(const std::filesystem::path& data_dir, int64_t version, int64_t step,

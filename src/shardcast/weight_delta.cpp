@@ -398,20 +398,21 @@ void FileSink::commit() {
 }
 
 ShardSink::ShardSink(const fs::path& dir, int64_t size, int64_t shard_size, FileKind kind)
-    : dir_(dir), size_(size), shard_size_(shard_size), kind_(kind) {
+    : dir_(dir), shard_size_(shard_size), kind_(kind) {
   if (shard_size <= 0 || size <= 0) fail(dir.string(), "no shards to write");
+  shard_count_ = static_cast<size_t>((size + shard_size - 1) / shard_size);
   fs::create_directories(dir);
-  for (int64_t at = 0; at < size_; at += shard_size_) {
+  for (size_t i = 0; i < shard_count_; ++i) {
     std::error_code ec;  // a crashed earlier attempt's leftovers
-    fs::remove(partial(static_cast<size_t>(at / shard_size_)), ec);
+    fs::remove(partial(i), ec);
   }
 }
 
 ShardSink::~ShardSink() {
   if (committed_) return;
-  for (int64_t at = 0; at < size_; at += shard_size_) {
+  for (size_t i = 0; i < shard_count_; ++i) {
     std::error_code ec;
-    fs::remove(partial(static_cast<size_t>(at / shard_size_)), ec);
+    fs::remove(partial(i), ec);
   }
 }
 
@@ -441,19 +442,16 @@ void ShardSink::write_at(int64_t offset, const char* data, size_t n) {
 }
 
 void ShardSink::commit() {
-  for (int64_t at = 0; at < size_; at += shard_size_) {
-    const auto index = static_cast<size_t>(at / shard_size_);
-    const std::string path = partial(index).string();
+  for (size_t i = 0; i < shard_count_; ++i) {
+    const std::string path = partial(i).string();
     const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) fail(path, "cannot open the shard: {}", std::strerror(errno));
     const bool synced = ::fsync(fd) == 0;
     ::close(fd);
     if (!synced) fail(path, "fsync failed: {}", std::strerror(errno));
   }
-  for (int64_t at = 0; at < size_; at += shard_size_) {
-    const auto index = static_cast<size_t>(at / shard_size_);
-    fs::rename(partial(index), dir_ / shard_file_name(index, kind_));
-  }
+  for (size_t i = 0; i < shard_count_; ++i)
+    fs::rename(partial(i), dir_ / shard_file_name(i, kind_));
   committed_ = true;
 }
 

@@ -146,7 +146,8 @@ class ShardSink : public WeightSink {
   std::filesystem::path partial(size_t index) const;
 
   std::filesystem::path dir_;
-  int64_t size_, shard_size_;
+  int64_t shard_size_;
+  size_t shard_count_;
   FileKind kind_;
   bool committed_ = false;
 };

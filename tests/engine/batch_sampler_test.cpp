@@ -52,13 +52,13 @@ TEST(BatchSampler, PicksWhatTheScalarSamplerPicks) {
     u.push_back(r % 50 == 0 ? std::nextafter(1.0, 0.0) : r % 50 == 1 ? 0.0 : uniform(rng));
   }
   const auto got = sample_batch(logits, params, u);
-  ASSERT_EQ(got.tokens.size(), static_cast<size_t>(rows));
+  ASSERT_EQ(got.size(), static_cast<size_t>(rows));
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = logits[r].data_ptr<float>();
     const Sample want = sample_token(row, vocab, params[r], u[r]);
-    EXPECT_EQ(got.tokens[r], want.token) << "row " << r;
-    EXPECT_NEAR(got.logprobs[r], want.logprob, 1e-5) << "row " << r;
-    const Interval in = token_interval(row, vocab, params[r], got.tokens[r]);
+    EXPECT_EQ(got[r].token, want.token) << "row " << r;
+    EXPECT_NEAR(got[r].logprob, want.logprob, 1e-5) << "row " << r;
+    const Interval in = token_interval(row, vocab, params[r], got[r].token);
     EXPECT_TRUE(in.lo <= u[r] && u[r] < in.hi) << "row " << r;
   }
 }
@@ -68,7 +68,7 @@ TEST(BatchSampler, ANarrowedVocabularyIsNeverSampledPastItsEnd) {
   logits.narrow(1, 256, 44).fill_(50);  // the padded ids would win if they were seen
   const std::vector<SamplingParams> params(8, SamplingParams{1.0, 0, 1.0});
   const auto got = sample_batch(logits.narrow(1, 0, 256), params, std::vector<double>(8, 0.999));
-  for (int32_t t : got.tokens) EXPECT_LT(t, 256);
+  for (const Sample& s : got) EXPECT_LT(s.token, 256);
 }
 
 TEST(BatchSampler, BadRowsAndArgumentsAreErrors) {

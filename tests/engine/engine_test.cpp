@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "engine/engine_loop.h"
+#include "error_of.h"
 #include "model/presets.h"
 
 namespace trellis::engine {
@@ -20,6 +21,7 @@ namespace {
 using model::Arch;
 using model::Compute;
 using model::Transformer;
+using test::error_of;
 
 std::unique_ptr<Transformer> tiny_model(torch::ScalarType dtype, uint64_t seed = 1) {
   auto cfg = model::preset_config(Arch::Qwen3, "tiny");
@@ -172,6 +174,49 @@ TEST(Engine, NCompletionsShareOnePrefillAndEqualSingleRequests) {
   }
   EXPECT_NE(out.at({"g", 0}).tokens, out.at({"g", 1}).tokens);
   EXPECT_EQ(engine.stats().kv_blocks_used, 0);  // everything released
+}
+
+// The engine samples in tensor ops wherever the logits live off the CPU (engine/batch_sampler);
+// on the CPU the same option runs that path, and every completion must come out as the row-by-row
+// sampler makes it: forks of one prefill, greedy, top-k, top-p, top log-probs, a narrowed vocab.
+TEST(Engine, SamplingInTensorOpsGivesTheRowByRowCompletions) {
+  auto model = tiny_model(torch::kFloat32);
+  std::vector<Request> requests = crowd(4);
+  const std::vector<SamplingParams> kinds = {
+      {0.0, 0, 1.0}, {0.7, 0, 1.0}, {1.3, 5, 1.0}, {1.0, 0, 0.6}, {0.9, 12, 0.8}};
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    auto r = make_request("k" + std::to_string(i), 5 + 7 * static_cast<int64_t>(i), 40 + i, 30);
+    r.sampling = kinds[i];
+    r.n = i == 3 ? 3 : 1;
+    r.top_logprobs = i == 4 ? 3 : 0;
+    r.stop_ids = {17, 42};
+    requests.push_back(r);
+  }
+  EngineOptions rows{.vocab_limit = 200}, tensors{.vocab_limit = 200, .sample_in_tensor_ops = true};
+  Engine by_rows(*model, rows), by_tensors(*model, tensors);
+  const auto want = run_all(by_rows, requests), got = run_all(by_tensors, requests);
+  ASSERT_EQ(want.size(), 11u);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [key, w] : want) {
+    const Completion& g = got.at(key);
+    const std::string where = key.first + "/" + std::to_string(key.second);
+    EXPECT_EQ(g.tokens, w.tokens) << where;
+    EXPECT_EQ(g.finish, w.finish) << where;
+    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << where;
+    for (size_t i = 0; i < w.logprobs.size(); ++i) EXPECT_NEAR(g.logprobs[i], w.logprobs[i], 1e-5);
+    EXPECT_EQ(g.top_logprobs, w.top_logprobs) << where;
+    for (int32_t t : g.tokens) EXPECT_LT(t, 200) << where;
+  }
+  EXPECT_EQ(got.at({"k4", 0}).top_logprobs.size(), got.at({"k4", 0}).tokens.size());
+
+  // NaN logits are an error naming the row on either path (and show which path ran).
+  for (const auto& [name, p] : model->named_parameters()) {
+    if (name == "model.norm.weight") p.fill_(NAN);
+  }
+  Engine poisoned(*model, tensors);
+  const std::string msg = error_of([&] { run_all(poisoned, {make_request("nan", 4, 1)}); });
+  EXPECT_NE(msg.find("sample_batch: row 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("is NaN"), std::string::npos) << msg;
 }
 
 TEST(Engine, ContinuousBatchingRespectsMaxNumSeqsAndRefills) {

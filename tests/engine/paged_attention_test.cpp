@@ -37,26 +37,26 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
   // Unwritten slots hold NaN: a kernel that lets a lane past a sequence's end into a sum fails.
   auto kc_a = torch::full({num_blocks, KV, hd, kBlockSize}, NAN, opts),
        vc_a = torch::full({num_blocks, KV, kBlockSize, hd}, NAN, opts);
-  auto kc_b = kc_a.clone(), vc_b = vc_a.clone();
+  auto kc_b = kc_a.clone(), vc_b = vc_a.clone(), kc_c = kc_a.clone(), vc_c = vc_a.clone();
 
-  // Three sequences with blocks drawn from a shuffled pool.
+  // Four sequences with blocks drawn from a shuffled pool.
   std::vector<int32_t> pool(num_blocks);
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), std::mt19937(7));
-  const std::vector<int64_t> prompt_lens = {37, 5, 16};
-  const int64_t max_blocks = 6;
-  auto tables = torch::zeros({3, max_blocks}, torch::kInt32);
-  for (int64_t s = 0, next = 0; s < 3; ++s)
+  const int64_t S = 4, max_blocks = 6;
+  auto tables = torch::zeros({S, max_blocks}, torch::kInt32);
+  for (int64_t s = 0, next = 0; s < S; ++s)
     for (int64_t b = 0; b < max_blocks; ++b) tables[s][b] = pool[next++];
 
-  // Step 1: prefill chunks of every prompt (sequence 0 only its first 20 tokens).
-  // Step 2: the rest of sequence 0's prompt, and one decode token for sequences 1 and 2.
-  // Step 3: one decode token for each sequence.
-  std::vector<int64_t> cached = {0, 0, 0};
-  const std::vector<std::vector<int64_t>> steps = {{20, 5, 16}, {17, 1, 1}, {1, 1, 1}};
+  // Step 1: prefill chunks of the prompts (sequence 0 only its first 20 of 37 tokens; sequence 3's
+  // prompt is one token, a run of one beside the chunks).
+  // Step 2: the rest of sequence 0's prompt, and one decode token for the others.
+  // Step 3: one decode token for each sequence, at positions 37, 6, 17 and 2.
+  std::vector<int64_t> cached(S, 0);
+  const std::vector<std::vector<int64_t>> steps = {{20, 5, 16, 1}, {17, 1, 1, 1}, {1, 1, 1, 1}};
   for (const auto& counts : steps) {
     std::vector<int64_t> slots, positions, seqs;
-    for (int64_t s = 0; s < 3; ++s) {
+    for (int64_t s = 0; s < S; ++s) {
       for (int64_t j = cached[s]; j < cached[s] + counts[s]; ++j) {
         slots.push_back(tables[s][j / kBlockSize].item<int32_t>() * kBlockSize + j % kBlockSize);
         positions.push_back(j);
@@ -70,8 +70,12 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
     PagedBatch batch{torch::tensor(slots), torch::tensor(positions), torch::tensor(seqs), tables};
     auto a = paged_attention(q, k, v, kc_a, vc_a, batch);
     auto b = composed::paged_attention(q, k, v, kc_b, vc_b, batch);
+    // A chunk budget of one element: every decode token is a chunk of its own, taken shortest
+    // first, and the rows must still come back in token order.
+    auto c = composed::paged_attention(q, k, v, kc_c, vc_c, batch, 1);
     ASSERT_EQ(a.sizes(), (std::vector<int64_t>{T, H * hd}));
     EXPECT_LT((a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>(), tol);
+    EXPECT_LT((a.to(torch::kFloat32) - c.to(torch::kFloat32)).abs().max().item<double>(), tol);
   }
   // Both paths wrote the same keys and values into the same slots (and left the rest NaN).
   auto same = [](const torch::Tensor& x, const torch::Tensor& y) {

@@ -27,6 +27,22 @@ std::vector<TensorHash> hashes_of(const fs::path& file) {
   return hash_regions(w, weight_regions(w));
 }
 
+// Two versions of evolving weights in `dir` (v1, then v2 after one step of `change`), the delta
+// from v1 to v2, and v2's signed hashes.
+struct TwoVersions {
+  fs::path v1, v2, delta;
+  std::vector<TensorHash> hashes;
+};
+TwoVersions two_versions(const fs::path& dir, uint64_t seed, double change) {
+  FakeWeights w(seed);
+  write_file_atomic(dir / "v1", w.file());
+  w.step(change);
+  write_file_atomic(dir / "v2", w.file());
+  const FileWeights v1(dir / "v1"), v2(dir / "v2");
+  EXPECT_TRUE(make_delta(v1, v2, weight_regions(v2), dir / "d"));
+  return {dir / "v1", dir / "v2", dir / "d", hashes_of(dir / "v2")};
+}
+
 // Elements of `b` that differ from `a`, counted naively tensor by tensor (header bytes as
 // single-byte elements): the independent count the delta's statistics must equal.
 int64_t naive_changed(const FakeWeights& w, const std::string& a, const std::string& b) {
@@ -102,30 +118,24 @@ TEST(WeightDelta, ReproducesEveryVersionBitForBitOverManyVersions) {
 
 TEST(WeightDelta, AppliedTwiceOrToTheWrongBaseNeverYieldsWrongWeights) {
   TempDir tmp;
-  FakeWeights w(3);
-  write_file_atomic(tmp.path() / "v1", w.file());
-  w.step(0.02);
-  write_file_atomic(tmp.path() / "v2", w.file());
-  const FileWeights v1(tmp.path() / "v1"), v2(tmp.path() / "v2");
-  ASSERT_TRUE(make_delta(v1, v2, weight_regions(v2), tmp.path() / "d"));
-  const auto hashes = hashes_of(tmp.path() / "v2");
+  const auto [v1_path, v2_path, delta, hashes] = two_versions(tmp.path(), 3, 0.02);
+  const FileWeights v2(v2_path);
   // Twice: applied to its own result, the result again.
-  apply_delta(v2, tmp.path() / "d", hashes, tmp.path() / "again", "test");
-  EXPECT_EQ(read_file(tmp.path() / "again"), read_file(tmp.path() / "v2"));
+  apply_delta(v2, delta, hashes, tmp.path() / "again", "test");
+  EXPECT_EQ(read_file(tmp.path() / "again"), read_file(v2_path));
   // To another base of the same size: an error naming a tensor, and no file.
   FakeWeights other(99);
   write_file_atomic(tmp.path() / "other", other.file());
   const std::string error = error_of([&] {
-    apply_delta(FileWeights(tmp.path() / "other"), tmp.path() / "d", hashes, tmp.path() / "bad",
-                "test");
+    apply_delta(FileWeights(tmp.path() / "other"), delta, hashes, tmp.path() / "bad", "test");
   });
   EXPECT_NE(error.find("does not match the trainer's signed hash"), std::string::npos) << error;
   EXPECT_FALSE(fs::exists(tmp.path() / "bad"));
   // To a base of another size: refused before anything is applied.
-  write_file_atomic(tmp.path() / "short", read_file(tmp.path() / "v1").substr(100));
+  write_file_atomic(tmp.path() / "short", read_file(v1_path).substr(100));
   EXPECT_NE(error_of([&] {
-              apply_delta(FileWeights(tmp.path() / "short"), tmp.path() / "d", hashes,
-                          tmp.path() / "bad", "test");
+              apply_delta(FileWeights(tmp.path() / "short"), delta, hashes, tmp.path() / "bad",
+                          "test");
             }).find("bytes"),
             std::string::npos);
   EXPECT_FALSE(
@@ -134,15 +144,10 @@ TEST(WeightDelta, AppliedTwiceOrToTheWrongBaseNeverYieldsWrongWeights) {
 
 TEST(WeightDelta, ACorruptDeltaIsAnErrorNeverACrashOrWrongWeights) {
   TempDir tmp;
-  FakeWeights w(5);
-  write_file_atomic(tmp.path() / "v1", w.file());
-  w.step(0.05);
-  write_file_atomic(tmp.path() / "v2", w.file());
-  const FileWeights v1(tmp.path() / "v1"), v2(tmp.path() / "v2");
-  ASSERT_TRUE(make_delta(v1, v2, weight_regions(v2), tmp.path() / "d"));
-  const std::string good = read_file(tmp.path() / "d");
-  const std::string want = read_file(tmp.path() / "v2");
-  const auto hashes = hashes_of(tmp.path() / "v2");
+  const auto [v1_path, v2_path, delta, hashes] = two_versions(tmp.path(), 5, 0.05);
+  const FileWeights v1(v1_path);
+  const std::string good = read_file(delta);
+  const std::string want = read_file(v2_path);
   std::mt19937_64 rng(11);
   int errors = 0;
   for (int trial = 0; trial < 300; ++trial) {
@@ -178,20 +183,14 @@ TEST(WeightDelta, ACorruptDeltaIsAnErrorNeverACrashOrWrongWeights) {
 // each committed only when every tensor matched; a failed apply leaves no shard, partial or not.
 TEST(WeightDelta, AppliesIntoShardFiles) {
   TempDir tmp;
-  FakeWeights w(8);
-  write_file_atomic(tmp.path() / "v1", w.file());
-  w.step(0.03);
-  const std::string want = w.file();
-  write_file_atomic(tmp.path() / "v2", want);
-  const FileWeights v1(tmp.path() / "v1"), v2(tmp.path() / "v2");
-  ASSERT_TRUE(make_delta(v1, v2, weight_regions(v2), tmp.path() / "d"));
-  const std::string delta = read_file(tmp.path() / "d");
-  const auto hashes = hashes_of(tmp.path() / "v2");
+  const auto [v1_path, v2_path, delta_path, hashes] = two_versions(tmp.path(), 8, 0.03);
+  const std::string want = read_file(v2_path);
+  const std::string delta = read_file(delta_path);
   const auto size = static_cast<int64_t>(want.size());
   const int64_t shard_size = size / 5 + 3;  // shards end inside tensors; the last one shorter
   {
     ShardSink sink(tmp.path() / "shards", size, shard_size, FileKind::Full);
-    apply_delta(v1, delta, hashes, sink, "test");
+    apply_delta(FileWeights(v1_path), delta, hashes, sink, "test");
   }
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(tmp.path() / "shards"))
