@@ -305,34 +305,34 @@ struct Engine::Impl {
   std::vector<Sample> sample_draws(const torch::Tensor& logits, const std::vector<Draw>& draws) {
     std::vector<SamplingParams> params;
     std::vector<double> u;
+    std::vector<int64_t> rows;
     for (const Draw& d : draws) {
       params.push_back(d.seq->group->request.sampling);
       u.push_back(sampling_uniform(d.seq->c.seed, d.seq->length()));
+      rows.push_back(d.row);
     }
     if (sample_in_tensor_ops) {
-      std::vector<int64_t> rows;
-      for (const Draw& d : draws) rows.push_back(d.row);
       auto index = torch::tensor(rows, torch::kInt64).to(logits.device());
       return sample_batch(logits.index_select(0, index).narrow(1, 0, vocab_limit), params, u);
     }
     std::vector<Sample> out;
     for (size_t i = 0; i < draws.size(); ++i) {
-      out.push_back(
-          sample_token(logits[draws[i].row].data_ptr<float>(), vocab_limit, params[i], u[i]));
+      out.push_back(sample_token(logits[rows[i]].data_ptr<float>(), vocab_limit, params[i], u[i]));
     }
     return out;
   }
 
-  // Appends a sampled token (and its top log-probs when asked for) to its completion.
-  void append(Seq& s, const Sample& smp, const torch::Tensor& logits_row) {
+  // Appends a sampled token (and its top log-probs, from row `row` of logits, when asked for) to
+  // its completion.
+  void append(Seq& s, const Sample& smp, const torch::Tensor& logits, int64_t row) {
     const Request& r = s.group->request;
     s.c.tokens.push_back(smp.token);
     s.c.logprobs.push_back(smp.logprob);
     s.c.versions.push_back(version);
     if (r.top_logprobs > 0) {
-      const auto row = logits_row.to(torch::kCPU).contiguous();
-      s.c.top_logprobs.push_back(
-          top_logprobs(row.data_ptr<float>(), vocab_limit, r.sampling.temperature, r.top_logprobs));
+      const auto cpu_row = logits[row].to(torch::kCPU).contiguous();
+      s.c.top_logprobs.push_back(top_logprobs(cpu_row.data_ptr<float>(), vocab_limit,
+                                              r.sampling.temperature, r.top_logprobs));
     }
     ++stats.tokens_generated;
     if (s.group->callbacks.on_token) s.group->callbacks.on_token({s.c, smp.token, smp.logprob});
@@ -435,7 +435,7 @@ struct Engine::Impl {
     const auto samples = sample_draws(logits, draws);
     std::unordered_set<const Seq*> just_sampled;
     for (size_t i = 0; i < draws.size(); ++i) {
-      append(*draws[i].seq, samples[i], logits[draws[i].row]);
+      append(*draws[i].seq, samples[i], logits, draws[i].row);
       just_sampled.insert(draws[i].seq);
     }
     for (auto& s : running) {

@@ -589,6 +589,13 @@ TokenViews token_views(const torch::Tensor& key_cache, const torch::Tensor& valu
           value_cache.view({N, KV, B / 2, hd, 2}).permute({0, 2, 4, 1, 3}), true};
 }
 
+// The slots of positions 0 .. length - 1 of the sequences of tables [S, max_blocks]: [S, length].
+torch::Tensor token_slots(const torch::Tensor& tables, int64_t length) {
+  auto idx = torch::arange(length, tables.options().dtype(torch::kInt64));
+  auto blocks = tables.gather(1, idx.div(B, "floor").unsqueeze(0).expand({tables.size(0), length}));
+  return blocks.to(torch::kInt64) * B + idx.remainder(B);
+}
+
 // The attention of queries q [D, H, hd] at positions [D] (device int64) over their sequences'
 // cached tokens 0 .. position, with the rounding of fused::composed::cached_attention: scores in
 // the cache's dtype, softmax in fp32, probabilities back in the cache's dtype.
@@ -596,12 +603,10 @@ torch::Tensor decode_attention(const torch::Tensor& q, const TokenViews& views,
                                const torch::Tensor& tables, const torch::Tensor& positions,
                                int64_t length) {
   const int64_t D = q.size(0), H = q.size(1), hd = q.size(2);
-  auto idx = torch::arange(length, positions.options());  // [L]
-  auto blocks = tables.gather(1, idx.div(B, "floor").unsqueeze(0).expand({D, length}));
-  auto [keys, vals] =
-      views.gather(blocks.to(torch::kInt64) * B + idx.remainder(B));  // [D, L, KV, hd]
+  auto [keys, vals] = views.gather(token_slots(tables, length));  // [D, L, KV, hd]
   const int64_t KV = keys.size(2);
-  auto future = idx.unsqueeze(0) > positions.unsqueeze(1);  // [D, L]
+  auto future =
+      torch::arange(length, positions.options()).unsqueeze(0) > positions.unsqueeze(1);  // [D, L]
   // Padding past a sequence's end reads whatever the pool holds there (stale or never written):
   // its probability is zero, and zeroed values keep a NaN there out of the sum.
   vals = vals.masked_fill(future.view({D, length, 1, 1}), 0);
@@ -642,11 +647,9 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
       continue;
     }
     const int64_t n = pos[e - 1] + 1;
-    auto idx = torch::arange(n, tables.options().dtype(torch::kInt64));
-    auto token_slots = tables[seq[t]].index_select(0, idx.div(B, "floor")).to(torch::kInt64) * B +
-                       idx.remainder(B);
-    auto [keys, vals] = views.gather(token_slots);  // [n, KV, hd]
-    keys = keys.permute({1, 0, 2}).unsqueeze(0);    // [1, KV, n, hd]
+    auto [keys, vals] =
+        views.gather(token_slots(tables.narrow(0, seq[t], 1), n)[0]);  // [n, KV, hd]
+    keys = keys.permute({1, 0, 2}).unsqueeze(0);                       // [1, KV, n, hd]
     vals = vals.permute({1, 0, 2}).unsqueeze(0);
     auto qs = q.narrow(0, t, e - t).unsqueeze(0);  // [1, t, heads, hd]
     parts.push_back(model::fused::composed::cached_attention(qs, keys, vals, pos[t]).squeeze(0));
