@@ -49,17 +49,21 @@ Optimizer::Optimizer(std::vector<torch::Tensor> parameters, OptimizerConfig conf
     rank_ = group_->rank();
     world_ = group_->world();
   }
+  if (!parameters_.empty()) state_options_ = state_options_.device(parameters_[0].device());
   for (const auto& p : parameters_) {
     if (p.scalar_type() != torch::kFloat32 || !p.is_contiguous())
       fail("optimizer", "parameters must be contiguous fp32 master tensors");
+    if (p.device() != state_options_.device())
+      fail("optimizer", "parameters lie on {} and {}; they must share one device", p.device().str(),
+           state_options_.device().str());
     offsets_.push_back(total_);
     total_ += p.numel();
   }
   shard_ = (total_ + world_ - 1) / world_;
   std::tie(begin_, end_) = slice_of(rank_);
   const int64_t n = end_ - begin_;
-  exp_avg_ = torch::zeros({n}, torch::kFloat32);
-  exp_avg_sq_ = torch::zeros({n}, torch::kFloat32);
+  exp_avg_ = torch::zeros({n}, state_options_);
+  exp_avg_sq_ = torch::zeros({n}, state_options_);
   torch::NoGradGuard no_grad;
   if (world_ > 1) {
     // Every rank starts from rank 0's weights (a checkpoint may have given rank 0 others), and
@@ -91,12 +95,17 @@ std::pair<int64_t, int64_t> Optimizer::slice_of(int rank) const {
 }
 
 torch::Tensor Optimizer::flatten(bool grads) const {
-  torch::Tensor flat = torch::zeros({shard_ * world_}, torch::kFloat32);
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    const torch::Tensor& t = grads ? parameters_[i].grad() : parameters_[i];
-    if (t.defined()) flat.narrow(0, offsets_[i], t.numel()).copy_(t.detach().reshape({-1}));
+  // One cat, not a copy per parameter: a few kernels on a GPU however many tensors there are.
+  std::vector<torch::Tensor> parts;
+  parts.reserve(parameters_.size() + 1);
+  for (const auto& p : parameters_) {
+    const torch::Tensor& t = grads ? p.grad() : p;
+    parts.push_back(t.defined() ? t.detach().reshape({-1})
+                                : torch::zeros({p.numel()}, state_options_));
   }
-  return flat;
+  const int64_t padding = shard_ * world_ - total_;
+  if (padding > 0 || parts.empty()) parts.push_back(torch::zeros({padding}, state_options_));
+  return torch::cat(parts);
 }
 
 int64_t Optimizer::state_bytes() const {
@@ -124,24 +133,12 @@ Optimizer::StepInfo Optimizer::step() {
     const double clip = max_norm / (info.grad_norm + 1e-6);
     if (clip < 1) grad.mul_(clip);
     ++adam_steps_;
-    const double bc1 = 1 - std::pow(config_.beta1, static_cast<double>(adam_steps_));
-    const double bc2 = 1 - std::pow(config_.beta2, static_cast<double>(adam_steps_));
-    for (auto& seg : segments_) {
-      const int64_t len = seg.master.numel();
-      if (len == 0) continue;
-      auto g = grad.narrow(0, seg.offset, len);
-      auto m = exp_avg_.narrow(0, seg.offset, len), v = exp_avg_sq_.narrow(0, seg.offset, len);
-      if (config_.weight_decay != 0) seg.master.mul_(1 - info.lr * config_.weight_decay);
-      m.mul_(config_.beta1).add_(g, 1 - config_.beta1);
-      v.mul_(config_.beta2).addcmul_(g, g, 1 - config_.beta2);
-      const auto denom = (v.sqrt() / std::sqrt(bc2)).add_(config_.eps);
-      seg.master.addcdiv_(m, denom, -info.lr / bc1);
-    }
+    adamw_update(grad, info.lr);
     if (world_ > 1) {
       // Every rank's updated slice into every rank's working weights.
-      torch::Tensor mine = torch::zeros({shard_}, torch::kFloat32);
+      torch::Tensor mine = torch::zeros({shard_}, state_options_);
       mine.narrow(0, 0, n).copy_(masters_);
-      torch::Tensor all = torch::empty({shard_ * world_}, torch::kFloat32);
+      torch::Tensor all = torch::empty({shard_ * world_}, state_options_);
       group_->all_gather(mine, all);
       for (size_t i = 0; i < parameters_.size(); ++i) {
         auto p = parameters_[i].detach();
@@ -149,11 +146,50 @@ Optimizer::StepInfo Optimizer::step() {
       }
     }
   }
-  for (auto& p : parameters_) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters_) {
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
+  if (!grads.empty()) torch::_foreach_zero_(grads);  // foreach ops refuse empty lists
   ++steps_;
   return info;
+}
+
+void Optimizer::adamw_update(const torch::Tensor& grad, double lr) {
+  const double b1 = config_.beta1, b2 = config_.beta2;
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(adam_steps_));
+  const double bc2 = 1 - std::pow(b2, static_cast<double>(adam_steps_));
+  // Each segment's (parameter's, or this rank's slice's) view of a flat vector.
+  const auto views_of = [this](const torch::Tensor& flat) {
+    std::vector<torch::Tensor> views;
+    for (const auto& seg : segments_) {
+      if (seg.master.numel() > 0) views.push_back(flat.narrow(0, seg.offset, seg.master.numel()));
+    }
+    return views;
+  };
+  std::vector<torch::Tensor> masters;
+  for (const auto& seg : segments_) {
+    if (seg.master.numel() > 0) masters.push_back(seg.master);
+  }
+  if (masters.empty()) return;  // this rank's slice is empty (more ranks than elements)
+  // Decoupled weight decay first, as torch.optim.AdamW; then Adam without decay.
+  if (config_.weight_decay != 0) torch::_foreach_mul_(masters, 1 - lr * config_.weight_decay);
+  if (state_options_.device().is_cuda()) {
+    // libtorch's fused Adam kernel (CUDA in every libtorch since 1.13): moments, bias correction
+    // and the update in one pass over each tensor, a few launches for the whole model.
+    const torch::Tensor step = torch::full({}, static_cast<double>(adam_steps_), state_options_);
+    const std::vector<torch::Tensor> steps(masters.size(), step);
+    torch::_fused_adam_(masters, views_of(grad), views_of(exp_avg_), views_of(exp_avg_sq_),
+                        /*max_exp_avg_sqs=*/{}, steps, lr, b1, b2,
+                        /*weight_decay=*/0.0, config_.eps, /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
+  // The moments are flat, so a handful of ops covers the slice; the masters take one foreach op
+  // (a loop on the CPU, multi-tensor kernels elsewhere).
+  exp_avg_.mul_(b1).add_(grad, 1 - b1);
+  exp_avg_sq_.mul_(b2).addcmul_(grad, grad, 1 - b2);
+  const torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bc2)).add_(config_.eps);
+  torch::_foreach_addcdiv_(masters, views_of(exp_avg_), views_of(denom), -lr / bc1);
 }
 
 void Optimizer::save(const fs::path& dir) {
@@ -167,8 +203,11 @@ void Optimizer::save(const fs::path& dir) {
   Json shards = Json::array();
   for (int r = 0; r < world_; ++r) {
     const auto [lo, hi] = slice_of(r);
-    torch::Tensor m = exp_avg_, v = exp_avg_sq_;
-    if (r != 0) {
+    torch::Tensor m, v;
+    if (r == 0) {
+      m = exp_avg_.cpu();
+      v = exp_avg_sq_.cpu();
+    } else {
       m = torch::empty({hi - lo}, torch::kFloat32);
       v = torch::empty({hi - lo}, torch::kFloat32);
       group_->recv(m, r);

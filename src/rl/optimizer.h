@@ -13,6 +13,10 @@
 // Checkpoints (save/load) are sharded: DIR/optimizer/index.json plus one safetensors file per rank
 // holding its slice of the moments; a checkpoint written by N ranks loads on any number of ranks.
 // Only rank 0 touches the disk: the other ranks' slices travel through the process group.
+//
+// The state lives on the parameters' device. The update is a few kernels for the whole model
+// however many tensors it has: the moments are flat vectors, the masters take foreach ops, and on
+// CUDA libtorch's fused Adam kernel does the rest in one pass.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +87,8 @@ class Optimizer {
   std::pair<int64_t, int64_t> slice_of(int rank) const;
   // The parameters (or their gradients, zero where undefined) end to end, padded to world · S.
   torch::Tensor flatten(bool grads) const;
+  // One AdamW update of every segment from this rank's (clipped) slice of the gradient.
+  void adamw_update(const torch::Tensor& grad, double lr);
   void load_moments(const std::filesystem::path& dir, torch::Tensor& m, torch::Tensor& v,
                     int64_t& steps, int64_t& adam_steps) const;
 
@@ -95,6 +101,7 @@ class Optimizer {
   int64_t shard_ = 0;             // S
   int64_t begin_ = 0, end_ = 0;   // this rank's slice
   torch::Tensor masters_;         // fp32 [end_ - begin_], only with several ranks
+  torch::TensorOptions state_options_ = torch::kFloat32;  // fp32 on the parameters' device
   torch::Tensor exp_avg_, exp_avg_sq_;
   std::vector<Segment> segments_;
   int64_t steps_ = 0;       // step() calls

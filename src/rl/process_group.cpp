@@ -34,6 +34,13 @@ std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end(
 
 const std::string kFailedKey = "trellis/failed";
 
+// Gloo moves host memory: a tensor on another device (a GPU) travels through a host copy, which
+// copy_back returns to it after an in-place collective. A CPU tensor is used as it is.
+torch::Tensor on_host(const torch::Tensor& t) { return t.is_cpu() ? t : t.to(torch::kCPU); }
+void copy_back(torch::Tensor& t, const torch::Tensor& host) {
+  if (!t.is_cpu()) t.copy_(host);
+}
+
 // The address of this machine's interface towards host:port (a UDP "connection" sends nothing):
 // what the other machines' ranks can reach this one at. Error naming the host if none.
 std::string local_address_towards(const std::string& host, int port) {
@@ -161,8 +168,9 @@ void ProcessGroup::collective(const char* what, Fn&& fn) {
 
 void ProcessGroup::all_reduce_sum(torch::Tensor& t) {
   collective("all-reduce", [&](c10d::ProcessGroupGloo& g) {
-    std::vector<at::Tensor> ts{t};
+    std::vector<at::Tensor> ts{on_host(t)};
     g.allreduce(ts)->wait();
+    copy_back(t, ts[0]);
   });
 }
 
@@ -174,13 +182,13 @@ torch::Tensor ProcessGroup::reduce_scatter_sum(const torch::Tensor& flat) {
   const int64_t shard = flat.numel() / world_;
   // Gloo in libtorch 1.13 has no reduce-scatter: an all-to-all sends each rank its chunk of
   // every rank's tensor (the same bytes a ring reduce-scatter moves), summed here in rank order.
-  torch::Tensor received = torch::empty_like(flat);
+  torch::Tensor in = on_host(flat).contiguous();
+  torch::Tensor received = torch::empty_like(in);
   collective("reduce-scatter", [&](c10d::ProcessGroupGloo& g) {
     std::vector<int64_t> equal_splits;
-    torch::Tensor in = flat.contiguous();
     g.alltoall_base(received, in, equal_splits, equal_splits)->wait();
   });
-  return received.view({world_, shard}).sum(0);
+  return received.view({world_, shard}).sum(0).to(flat.device());
 }
 
 void ProcessGroup::all_gather(const torch::Tensor& shard, torch::Tensor& flat) {
@@ -193,34 +201,38 @@ void ProcessGroup::all_gather(const torch::Tensor& shard, torch::Tensor& flat) {
     return;
   }
   collective("all-gather", [&](c10d::ProcessGroupGloo& g) {
+    torch::Tensor host = on_host(flat);
     std::vector<std::vector<at::Tensor>> out(1);
     for (int r = 0; r < world_; ++r)
-      out[0].push_back(flat.narrow(0, r * shard.numel(), shard.numel()));
-    std::vector<at::Tensor> in{shard.contiguous()};
+      out[0].push_back(host.narrow(0, r * shard.numel(), shard.numel()));
+    std::vector<at::Tensor> in{on_host(shard).contiguous()};
     g.allgather(out, in)->wait();
+    copy_back(flat, host);
   });
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int root) {
   collective("broadcast", [&](c10d::ProcessGroupGloo& g) {
-    std::vector<at::Tensor> ts{t};
+    std::vector<at::Tensor> ts{on_host(t)};
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     g.broadcast(ts, opts)->wait();
+    copy_back(t, ts[0]);
   });
 }
 
 void ProcessGroup::send(const torch::Tensor& t, int to) {
   collective("send", [&](c10d::ProcessGroupGloo& g) {
-    std::vector<at::Tensor> ts{t.contiguous()};
+    std::vector<at::Tensor> ts{on_host(t).contiguous()};
     g.send(ts, to, 0)->wait();
   });
 }
 
 void ProcessGroup::recv(torch::Tensor& t, int from) {
   collective("receive", [&](c10d::ProcessGroupGloo& g) {
-    std::vector<at::Tensor> ts{t};
+    std::vector<at::Tensor> ts{on_host(t)};
     g.recv(ts, from, 0)->wait();
+    copy_back(t, ts[0]);
   });
 }
 

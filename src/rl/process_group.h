@@ -60,7 +60,8 @@ class ProcessGroup {
   int world() const { return world_; }
   bool leader() const { return rank_ == 0; }
 
-  // Collectives, in place on contiguous CPU tensors; every rank calls each, in the same order.
+  // Collectives, in place on contiguous tensors (one off the CPU goes through a host copy, as
+  // Gloo moves host memory); every rank calls each, in the same order.
   void all_reduce_sum(torch::Tensor& t);
   // `flat` holds world() equal chunks; returns this rank's chunk of their sum over the ranks.
   torch::Tensor reduce_scatter_sum(const torch::Tensor& flat);

@@ -1,5 +1,6 @@
-// Optimizer and checkpoint tests: the warm-up schedule and clipping, AdamW against libtorch's,
-// exact save/load of its state (a restored optimizer continues bit-for-bit; older checkpoints
+// Optimizer and checkpoint tests: the warm-up schedule and clipping, AdamW against libtorch's
+// (two tensors, a whole model, and on CUDA against the CPU where there is a GPU), exact save/load
+// of its state (a restored optimizer continues bit-for-bit; older checkpoints
 // load), checkpoint directories (atomic, pruned, newest found) and metrics.jsonl truncation on
 // resume.
 #include "rl/checkpoints.h"
@@ -34,7 +35,7 @@ void set_grads(const std::vector<torch::Tensor>& params, int k) {
   for (size_t i = 0; i < params.size(); ++i) {
     auto g = torch::sin(torch::arange(params[i].numel(), torch::kFloat32) * (0.37 + i) + k)
                  .reshape(params[i].sizes())
-                 .clone();
+                 .to(params[i].device());
     params[i].mutable_grad() = g;
   }
 }
@@ -98,6 +99,83 @@ TEST(Optimizer, MatchesTorchAdamWWithGradientClipping) {
     for (size_t i = 0; i < ours.size(); ++i)
       EXPECT_TRUE(torch::allclose(ours[i], ref[i], 1e-6, 1e-7)) << "param " << i << " step " << k;
   }
+}
+
+TEST(Optimizer, UpdatesEveryTensorOfAModelAsTorchAdamWAndBumpsTheirVersions) {
+  // The update runs as a few ops over all tensors at once (flat moments, foreach masters). Over a
+  // model's worth of tensors it must still be AdamW's per tensor, treat a missing gradient as
+  // zero, and bump each master's version: the model's bf16/FP8 weight caches go by it.
+  const auto dir = temp_dir("opt_model");
+  model::init_model_dir(dir, model::Arch::Qwen2, "tiny", 1);
+  auto model = model::load_transformer(dir, kFp32);
+  auto ours = model->parameters();
+  ASSERT_GT(ours.size(), 10u);
+  std::vector<torch::Tensor> ref;
+  for (const auto& p : ours) ref.push_back(p.detach().clone().requires_grad_());
+  OptimizerConfig c;
+  c.lr = 1e-2;
+  c.weight_decay = 0.1;
+  c.max_grad_norm = 0;  // no clipping: libtorch's AdamW alone is the reference
+  Optimizer opt(ours, c);
+  torch::optim::AdamW adamw(ref, torch::optim::AdamWOptions(c.lr).weight_decay(c.weight_decay));
+  for (int k = 0; k < 3; ++k) {
+    set_grads(ours, k);
+    set_grads(ref, k);
+    ours[1].mutable_grad() = torch::Tensor();  // no gradient this step: counts as zero
+    ref[1].mutable_grad().zero_();
+    std::vector<int64_t> versions;
+    for (const auto& p : ours) versions.push_back(p._version());
+    opt.step();
+    adamw.step();
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(ours[i], ref[i], 1e-6, 1e-7)) << "tensor " << i << " step " << k;
+      EXPECT_GT(ours[i]._version(), versions[i]) << "tensor " << i << " step " << k;
+      if (i != 1) EXPECT_EQ(ours[i].grad().abs().max().item<float>(), 0.0f) << "tensor " << i;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Optimizer, OnCudaMatchesTheCpuUpdate) {
+  // The CUDA path (state on the device, libtorch's fused Adam kernel) against the CPU path, and a
+  // CUDA optimizer's saved state continuing on the CPU.
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device in this libtorch or machine";
+  const auto dir = temp_dir("opt_cuda");
+  OptimizerConfig c;
+  c.lr = 1e-2;
+  c.warmup_steps = 2;
+  c.weight_decay = 0.1;
+  c.max_grad_norm = 2.5;
+  auto cpu = fresh_params();
+  std::vector<torch::Tensor> gpu;
+  for (const auto& p : cpu) gpu.push_back(p.detach().to(torch::kCUDA).requires_grad_());
+  Optimizer on_cpu(cpu, c), on_gpu(gpu, c);
+  const auto expect_close = [&](const std::vector<torch::Tensor>& a, int k) {
+    for (size_t i = 0; i < cpu.size(); ++i)
+      EXPECT_TRUE(torch::allclose(a[i].cpu(), cpu[i], 1e-5, 1e-6))
+          << "param " << i << " step " << k;
+  };
+  for (int k = 0; k < 4; ++k) {
+    set_grads(cpu, k);
+    set_grads(gpu, k);
+    const int64_t version = gpu[0]._version();
+    EXPECT_NEAR(on_gpu.step().grad_norm, on_cpu.step().grad_norm, 1e-5) << "step " << k;
+    expect_close(gpu, k);
+    EXPECT_GT(gpu[0]._version(), version) << "the fused kernel's update is seen by the caches";
+  }
+  on_gpu.save(dir);
+  std::vector<torch::Tensor> resumed;
+  for (const auto& p : gpu) resumed.push_back(p.detach().cpu().requires_grad_());
+  Optimizer on_cpu_again(resumed, c);
+  on_cpu_again.load(dir);
+  for (int k = 4; k < 6; ++k) {
+    set_grads(cpu, k);
+    set_grads(resumed, k);
+    on_cpu.step();
+    on_cpu_again.step();
+    expect_close(resumed, k);
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Optimizer, SavedStateContinuesBitForBit) {
