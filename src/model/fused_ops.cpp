@@ -1,6 +1,7 @@
 #include "model/fused_ops.h"
 
 #include <ATen/Parallel.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <array>
@@ -11,6 +12,14 @@
 
 #include "model/paged_attention.h"
 #include "model/vec_math.h"
+
+// PyTorch 2.5 and later: scaled_dot_product_attention with grouped-query heads. Debian's libtorch
+// 1.13 has no such op, and the composed attention spells it out in ATen ops instead.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define TRELLIS_TORCH_SDPA 1
+#else
+#define TRELLIS_TORCH_SDPA 0
+#endif
 
 namespace trellis::model::fused {
 namespace {
@@ -525,29 +534,94 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
 
 torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t q_offset) {
-  const int64_t B = q.size(0), t = q.size(1), group = q.size(2) / k.size(1), s = k.size(2);
-  // Plain multi-head form: repeat each kv head for its query heads.
-  auto kk = k.repeat_interleave(group, 1), vv = v.repeat_interleave(group, 1);  // [B, H, s, hd]
-  auto scores = torch::matmul(q.transpose(1, 2), kk.transpose(-1, -2)).to(torch::kFloat32) /
-                std::sqrt(static_cast<double>(q.size(-1)));  // [B, H, t, s]
+  const int64_t B = q.size(0), t = q.size(1), s = k.size(2);
   auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kInt64);
   auto qpos = torch::arange(t, opts) + q_offset;
+#if TRELLIS_TORCH_SDPA
+  // One fused kernel (flash or memory-efficient attention on a GPU), grouped-query heads and all.
+  // Its causal flag puts query i at key i, which holds when the queries start the sequence;
+  // otherwise the mask says which keys each query sees.
+  torch::Tensor out;
+  if (q_offset == 0 && t == s) {
+    out = at::scaled_dot_product_attention(q.transpose(1, 2), k, v, /*attn_mask=*/{},
+                                           /*dropout_p=*/0.0, /*is_causal=*/true,
+                                           /*scale=*/std::nullopt, /*enable_gqa=*/true);
+  } else {
+    const auto seen = torch::arange(s, opts).unsqueeze(0) <= qpos.unsqueeze(1);  // [t, s]
+    out = at::scaled_dot_product_attention(q.transpose(1, 2), k, v, seen, /*dropout_p=*/0.0,
+                                           /*is_causal=*/false, /*scale=*/std::nullopt,
+                                           /*enable_gqa=*/true);
+  }
+  return out.transpose(1, 2).reshape({B, t, -1});
+#else
+  // Plain multi-head form: repeat each kv head for its query heads.
+  const int64_t group = q.size(2) / k.size(1);
+  auto kk = k.repeat_interleave(group, 1), vv = v.repeat_interleave(group, 1);  // [B, H, s, hd]
+  auto scores = torch::matmul(q.transpose(1, 2), kk.transpose(-1, -2)).to(torch::kFloat32) /
+                std::sqrt(static_cast<double>(q.size(-1)));               // [B, H, t, s]
   auto future = torch::arange(s, opts).unsqueeze(0) > qpos.unsqueeze(1);  // [t, s]
   auto probs = torch::softmax(scores.masked_fill(future, -INFINITY), -1).to(q.scalar_type());
   return torch::matmul(probs, vv).transpose(1, 2).reshape({B, t, -1});
+#endif
 }
 
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens) {
-  std::vector<torch::Tensor> outs;
+                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens,
+                               int64_t chunk_elements) {
+  // Samples right-padded into batches, one attention per batch instead of one per sample (each a
+  // dozen kernel launches on a GPU). A padded key lies after every real query of its sample, so
+  // the causal mask hides it; padded queries are computed and dropped. Longest first, so that a
+  // batch pads to little more than its own lengths.
+  const int64_t T = q.size(0), heads = q.size(1);
+  std::vector<int64_t> starts(seq_lens.size()), order;
   int64_t start = 0;
-  for (int64_t len : seq_lens) {
-    auto ks = k.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
-    auto vs = v.narrow(0, start, len).permute({1, 0, 2}).unsqueeze(0);
-    outs.push_back(cached_attention(q.narrow(0, start, len).unsqueeze(0), ks, vs, 0).squeeze(0));
-    start += len;
+  for (size_t i = 0; i < seq_lens.size(); ++i) {
+    starts[i] = start;
+    start += seq_lens[i];
+    if (seq_lens[i] > 0) order.push_back(static_cast<int64_t>(i));
   }
-  return torch::cat(outs, 0);
+  TORCH_CHECK(start == T, "packed_attention: seq_lens add up to ", start, ", not ", T, " tokens");
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return seq_lens[a] > seq_lens[b]; });
+  // Row T of each padded source is the zero row that padding reads.
+  const auto with_zero_row = [](const torch::Tensor& x) {
+    return torch::cat({x, torch::zeros({1, x.size(1), x.size(2)}, x.options())});
+  };
+  const auto qz = with_zero_row(q), kz = with_zero_row(k), vz = with_zero_row(v);
+  const auto index_opts = torch::TensorOptions().dtype(torch::kInt64);
+  std::vector<torch::Tensor> parts;
+  std::vector<int64_t> token_of_row;  // packed token of each row of cat(parts)
+  token_of_row.reserve(T);
+  for (size_t first = 0; first < order.size();) {
+    const int64_t L = seq_lens[order[first]];
+    size_t end = first + 1;
+    while (end < order.size() &&
+           static_cast<int64_t>(end - first + 1) * heads * L * L <= chunk_elements)
+      ++end;
+    const int64_t n = static_cast<int64_t>(end - first);
+    std::vector<int64_t> padded(n * L, T), kept;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t sample = order[first + j];
+      for (int64_t i = 0; i < seq_lens[sample]; ++i) {
+        padded[j * L + i] = starts[sample] + i;
+        kept.push_back(j * L + i);
+        token_of_row.push_back(starts[sample] + i);
+      }
+    }
+    const auto rows = torch::tensor(padded, index_opts).to(q.device());
+    const auto gather = [&](const torch::Tensor& x) {
+      return x.index_select(0, rows).view({n, L, x.size(1), x.size(2)});
+    };
+    const auto out = cached_attention(gather(qz), gather(kz).transpose(1, 2),
+                                      gather(vz).transpose(1, 2), 0);  // [n, L, heads * hd]
+    parts.push_back(
+        out.reshape({n * L, -1}).index_select(0, torch::tensor(kept, index_opts).to(q.device())));
+    first = end;
+  }
+  if (parts.empty()) return torch::zeros({0, heads * q.size(2)}, q.options());
+  std::vector<int64_t> row_of(T);  // the inverse of token_of_row
+  for (int64_t r = 0; r < T; ++r) row_of[token_of_row[r]] = r;
+  return torch::cat(parts).index_select(0, torch::tensor(row_of, index_opts).to(q.device()));
 }
 
 }  // namespace composed

@@ -56,8 +56,13 @@ namespace trellis::model::fused::composed {
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// The samples go right-padded in batches, longest first, each batch's fp32 scores within
+// `chunk_elements` elements (at least one sample per batch).
+constexpr int64_t kPackedChunkElements = int64_t{1} << 26;
 torch::Tensor packed_attention(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens);
+                               const torch::Tensor& v, const std::vector<int64_t>& seq_lens,
+                               int64_t chunk_elements = kPackedChunkElements);
+// With PyTorch >= 2.5, scaled_dot_product_attention (flash attention on GPUs that have it).
 torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t q_offset);
 }  // namespace trellis::model::fused::composed

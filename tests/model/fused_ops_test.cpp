@@ -84,13 +84,18 @@ TEST(FusedOps, RopeMatchesComposed) {
 
 TEST(FusedOps, PackedAttentionMatchesComposed) {
   for (const auto& c : kCases) {
-    // 3 samples in one stream of 20 tokens, 6 query heads on 2 kv heads.
-    std::vector<int64_t> lens = {7, 1, 12};
-    compare(
-        {rnd({20, 6, 16}, c.dtype, 7), rnd({20, 2, 16}, c.dtype, 8), rnd({20, 2, 16}, c.dtype, 9)},
-        [&](auto v) { return packed_attention(v[0], v[1], v[2], lens); },
-        [&](auto v) { return composed::packed_attention(v[0], v[1], v[2], lens); }, c.tol,
-        "packed attention");
+    // 4 samples in one stream of 25 tokens, 6 query heads on 2 kv heads. The composed path pads
+    // them into one batch (longest first), into batches of two (budget for two padded 12 x 12
+    // score matrices), and each into its own, whose rows must all come back in packed order.
+    std::vector<int64_t> lens = {7, 1, 12, 5};
+    for (int64_t budget : {composed::kPackedChunkElements, int64_t{2 * 6 * 12 * 12}, int64_t{1}}) {
+      compare(
+          {rnd({25, 6, 16}, c.dtype, 7), rnd({25, 2, 16}, c.dtype, 8),
+           rnd({25, 2, 16}, c.dtype, 9)},
+          [&](auto v) { return packed_attention(v[0], v[1], v[2], lens); },
+          [&](auto v) { return composed::packed_attention(v[0], v[1], v[2], lens, budget); }, c.tol,
+          "packed attention, chunk budget " + std::to_string(budget));
+    }
   }
 }
 
