@@ -556,25 +556,27 @@ torch::Tensor paged_packed_attention(const torch::Tensor& q, const torch::Tensor
 
 namespace composed {
 
+using Index = std::vector<at::indexing::TensorIndex>;
+
 // Index targets in which one token's keys or values are a single element of the leading dims:
 // keys by (block, offset); values by (block, offset) for fp32 and (block, offset / 2, offset % 2)
 // for bf16's pair-interleaved layout.
+Index key_index(const torch::Tensor& slot) { return {slot.div(B, "floor"), slot.remainder(B)}; }
+Index value_index(const torch::Tensor& slot, bool bf16) {
+  if (!bf16) return key_index(slot);
+  auto off = slot.remainder(B);
+  return {slot.div(B, "floor"), off.div(2, "floor"), off.remainder(2)};
+}
+
 struct TokenViews {
   torch::Tensor keys;    // [N, B, KV, hd] or bf16 [N, B, KV, hd / 2, 2]
   torch::Tensor values;  // [N, B, KV, hd] or bf16 [N, B / 2, 2, KV, hd]
   bool bf16;
 
-  std::vector<at::indexing::TensorIndex> key_index(const torch::Tensor& slot) const {
-    return {slot.div(B, "floor"), slot.remainder(B)};
-  }
-  std::vector<at::indexing::TensorIndex> value_index(const torch::Tensor& slot) const {
-    if (!bf16) return key_index(slot);
-    auto off = slot.remainder(B);
-    return {slot.div(B, "floor"), off.div(2, "floor"), off.remainder(2)};
-  }
-  // The keys and values [..., KV, hd] of the tokens in slots [...].
-  std::pair<torch::Tensor, torch::Tensor> gather(const torch::Tensor& slots) const {
-    auto k = keys.index(key_index(slots)), v = values.index(value_index(slots));
+  // The keys and values [..., KV, hd] of the tokens at the slots behind the two indexes.
+  std::pair<torch::Tensor, torch::Tensor> gather(const Index& keys_at,
+                                                 const Index& values_at) const {
+    auto k = keys.index(keys_at), v = values.index(values_at);
     if (bf16) k = k.flatten(-2);  // [..., KV, hd / 2, 2] -> [..., KV, hd]
     return {k, v};
   }
@@ -596,24 +598,112 @@ torch::Tensor token_slots(const torch::Tensor& tables, int64_t length) {
   return blocks.to(torch::kInt64) * B + idx.remainder(B);
 }
 
-// The attention of queries q [D, H, hd] at positions [D] (device int64) over their sequences'
-// cached tokens 0 .. position, with the rounding of fused::composed::cached_attention: scores in
-// the cache's dtype, softmax in fp32, probabilities back in the cache's dtype.
-torch::Tensor decode_attention(const torch::Tensor& q, const TokenViews& views,
-                               const torch::Tensor& tables, const torch::Tensor& positions,
-                               int64_t length) {
-  const int64_t D = q.size(0), H = q.size(1), hd = q.size(2);
-  auto [keys, vals] = views.gather(token_slots(tables, length));  // [D, L, KV, hd]
-  const int64_t KV = keys.size(2);
-  auto future =
-      torch::arange(length, positions.options()).unsqueeze(0) > positions.unsqueeze(1);  // [D, L]
+}  // namespace composed
+
+// What the composed path derives from a batch alone, on the device: the same for every layer, so
+// the first layer builds it and the others reuse it. Each layer would otherwise copy the batch to
+// the device and rebuild these indexes: about ten small copies and kernels a layer, which on a GPU
+// cost as much as the attention of a decode step.
+struct composed::Plan {
+  // What it was made for: a batch's plan is rebuilt when a layer differs in one of these.
+  torch::Device device = torch::kCPU;
+  bool bf16 = false;
+  int64_t kv_elements = 0;  // kv_heads x head_dim of one token
+  int64_t decode_chunk_elements = 0;
+
+  Index write_keys, write_values;  // the slots receiving the new tokens' keys and values
+  // A run of consecutive tokens of one sequence at consecutive positions (a prefill chunk, its
+  // own causal block): tokens [first, first + count) at positions from q_offset.
+  struct Run {
+    int64_t first, count, q_offset;
+    Index keys, values;  // its sequence's slots of positions 0 .. q_offset + count - 1
+  };
+  std::vector<Run> runs;
+  // Decode tokens (runs of one) of one padded, masked batch.
+  struct DecodeChunk {
+    torch::Tensor rows;    // int64 [D]: the tokens
+    Index keys, values;    // the slots of positions 0 .. length - 1 of each token's sequence
+    torch::Tensor future;  // bool [D, length]: the positions past each token's own
+  };
+  std::vector<DecodeChunk> decode;
+  torch::Tensor row_of;  // int64 [T]: each token's row in the parts' concatenation; undefined
+                         // when the parts are already in token order
+};
+
+namespace composed {
+
+std::shared_ptr<const Plan> make_plan(const PagedBatch& batch, torch::Device dev, bool bf16,
+                                      int64_t kv_elements, int64_t decode_chunk_elements) {
+  auto plan = std::make_shared<Plan>();
+  plan->device = dev;
+  plan->bf16 = bf16;
+  plan->kv_elements = kv_elements;
+  plan->decode_chunk_elements = decode_chunk_elements;
+  const auto slots = batch.slots.to(dev, torch::kInt64);
+  plan->write_keys = key_index(slots);
+  plan->write_values = value_index(slots, bf16);
+
+  auto positions = batch.positions.to(torch::kCPU, torch::kInt64).contiguous();
+  auto token_seq = batch.token_seq.to(torch::kCPU, torch::kInt64).contiguous();
+  auto tables = batch.block_tables.to(dev);
+  const int64_t T = positions.numel();
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  const int64_t* seq = token_seq.data_ptr<int64_t>();
+  std::vector<int64_t> order, decode;  // order: the token behind each row of the parts
+  for (int64_t t = 0; t < T;) {
+    int64_t e = t + 1;
+    while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
+    if (e - t == 1) {
+      decode.push_back(t++);
+      continue;
+    }
+    const auto run_slots = token_slots(tables.narrow(0, seq[t], 1), pos[e - 1] + 1)[0];
+    plan->runs.push_back({t, e - t, pos[t], key_index(run_slots), value_index(run_slots, bf16)});
+    for (; t < e; ++t) order.push_back(t);
+  }
+  std::stable_sort(decode.begin(), decode.end(),
+                   [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
+  for (size_t i = 0; i < decode.size();) {
+    size_t j = i + 1;
+    while (j < decode.size() &&
+           static_cast<int64_t>(j + 1 - i) * (pos[decode[j]] + 1) * kv_elements <=
+               decode_chunk_elements) {
+      ++j;
+    }
+    const std::vector<int64_t> chunk(decode.begin() + i, decode.begin() + j);
+    const int64_t length = pos[chunk.back()] + 1;
+    const auto rows = torch::tensor(chunk, torch::kInt64);
+    const auto chunk_pos = positions.index_select(0, rows).to(dev);
+    const auto chunk_slots =
+        token_slots(tables.index_select(0, token_seq.index_select(0, rows).to(dev)), length);
+    plan->decode.push_back(
+        {rows.to(dev), key_index(chunk_slots), value_index(chunk_slots, bf16),
+         torch::arange(length, chunk_pos.options()).unsqueeze(0) > chunk_pos.unsqueeze(1)});
+    order.insert(order.end(), chunk.begin(), chunk.end());
+    i = j;
+  }
+  if (!std::is_sorted(order.begin(), order.end())) {
+    std::vector<int64_t> row_of(T);
+    for (int64_t r = 0; r < T; ++r) row_of[order[r]] = r;
+    plan->row_of = torch::tensor(row_of, torch::kInt64).to(dev);
+  }
+  return plan;
+}
+
+// The attention of queries q [D, H, hd] over keys and values [D, L, KV, hd] of their sequences'
+// positions 0 .. L - 1, `future` [D, L] masking the positions past each query's own, with the
+// rounding of fused::composed::cached_attention: scores in the cache's dtype, softmax in fp32,
+// probabilities back in the cache's dtype.
+torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& keys,
+                               torch::Tensor vals, const torch::Tensor& future) {
+  const int64_t D = q.size(0), H = q.size(1), hd = q.size(2), L = keys.size(1), KV = keys.size(2);
   // Padding past a sequence's end reads whatever the pool holds there (stale or never written):
   // its probability is zero, and zeroed values keep a NaN there out of the sum.
-  vals = vals.masked_fill(future.view({D, length, 1, 1}), 0);
+  vals = vals.masked_fill(future.view({D, L, 1, 1}), 0);
   auto qg = q.view({D, KV, H / KV, hd});
   auto scores = torch::matmul(qg, keys.permute({0, 2, 3, 1})).to(torch::kFloat32) /
                 std::sqrt(static_cast<double>(hd));  // [D, KV, group, L]
-  auto probs = torch::softmax(scores.masked_fill(future.view({D, 1, 1, length}), -INFINITY), -1)
+  auto probs = torch::softmax(scores.masked_fill(future.view({D, 1, 1, L}), -INFINITY), -1)
                    .to(q.scalar_type());
   return torch::matmul(probs, vals.permute({0, 2, 1, 3})).reshape({D, H * hd});
 }
@@ -623,61 +713,31 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& value_cache, const PagedBatch& batch,
                               int64_t decode_chunk_elements) {
   check_args(q, k, key_cache, batch);
-  const auto dev = q.device();
   const int64_t T = q.size(0), KV = k.size(1), hd = k.size(2);
   auto views = token_views(key_cache, value_cache);
-  auto slots = batch.slots.to(dev, torch::kInt64);
-  views.keys.index_put_(views.key_index(slots), views.bf16 ? k.reshape({T, KV, hd / 2, 2}) : k);
-  views.values.index_put_(views.value_index(slots), v);
-
-  auto positions = batch.positions.to(torch::kCPU, torch::kInt64).contiguous();
-  auto token_seq = batch.token_seq.to(torch::kCPU, torch::kInt64).contiguous();
-  auto tables = batch.block_tables.to(dev);
-  const int64_t* pos = positions.data_ptr<int64_t>();
-  const int64_t* seq = token_seq.data_ptr<int64_t>();
-  // Runs of consecutive tokens of one sequence at consecutive positions: a prefill chunk is one
-  // run (its own causal block), a decode token a run of one (batched with the others).
-  std::vector<int64_t> order, decode;  // order: the token behind each row of the parts below
-  std::vector<torch::Tensor> parts;
-  for (int64_t t = 0; t < T;) {
-    int64_t e = t + 1;
-    while (e < T && seq[e] == seq[t] && pos[e] == pos[e - 1] + 1) ++e;
-    if (e - t == 1) {
-      decode.push_back(t++);
-      continue;
-    }
-    const int64_t n = pos[e - 1] + 1;
-    auto [keys, vals] =
-        views.gather(token_slots(tables.narrow(0, seq[t], 1), n)[0]);  // [n, KV, hd]
-    keys = keys.permute({1, 0, 2}).unsqueeze(0);                       // [1, KV, n, hd]
-    vals = vals.permute({1, 0, 2}).unsqueeze(0);
-    auto qs = q.narrow(0, t, e - t).unsqueeze(0);  // [1, t, heads, hd]
-    parts.push_back(model::fused::composed::cached_attention(qs, keys, vals, pos[t]).squeeze(0));
-    for (; t < e; ++t) order.push_back(t);
+  auto& plan = batch.composed_plan;
+  if (!plan || plan->device != q.device() || plan->bf16 != views.bf16 ||
+      plan->kv_elements != KV * hd || plan->decode_chunk_elements != decode_chunk_elements) {
+    plan = make_plan(batch, q.device(), views.bf16, KV * hd, decode_chunk_elements);
   }
-  std::stable_sort(decode.begin(), decode.end(),
-                   [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
-  for (size_t i = 0; i < decode.size();) {
-    size_t j = i + 1;
-    while (j < decode.size() && static_cast<int64_t>(j + 1 - i) * (pos[decode[j]] + 1) * KV * hd <=
-                                    decode_chunk_elements) {
-      ++j;
-    }
-    std::vector<int64_t> chunk(decode.begin() + i, decode.begin() + j);
-    auto rows = torch::tensor(chunk, torch::kInt64);
-    auto chunk_pos = positions.index_select(0, rows).to(dev);
-    auto chunk_tables = tables.index_select(0, token_seq.index_select(0, rows).to(dev));
-    parts.push_back(decode_attention(q.index_select(0, rows.to(dev)), views, chunk_tables,
-                                     chunk_pos, pos[chunk.back()] + 1));
-    order.insert(order.end(), chunk.begin(), chunk.end());
-    i = j;
+  views.keys.index_put_(plan->write_keys, views.bf16 ? k.reshape({T, KV, hd / 2, 2}) : k);
+  views.values.index_put_(plan->write_values, v);
+
+  std::vector<torch::Tensor> parts;
+  for (const auto& run : plan->runs) {
+    auto [keys, vals] = views.gather(run.keys, run.values);  // [n, KV, hd]
+    parts.push_back(
+        model::fused::composed::cached_attention(q.narrow(0, run.first, run.count).unsqueeze(0),
+                                                 keys.permute({1, 0, 2}).unsqueeze(0),
+                                                 vals.permute({1, 0, 2}).unsqueeze(0), run.q_offset)
+            .squeeze(0));
+  }
+  for (const auto& chunk : plan->decode) {
+    auto [keys, vals] = views.gather(chunk.keys, chunk.values);  // [D, L, KV, hd]
+    parts.push_back(decode_attention(q.index_select(0, chunk.rows), keys, vals, chunk.future));
   }
   auto out = parts.size() == 1 ? parts[0] : torch::cat(parts);
-  // Back into token order, unless the parts already are (a prefill, or one decode chunk in order).
-  if (std::is_sorted(order.begin(), order.end())) return out;
-  std::vector<int64_t> row_of(T);
-  for (int64_t r = 0; r < T; ++r) row_of[order[r]] = r;
-  return out.index_select(0, torch::tensor(row_of, torch::kInt64).to(dev));
+  return plan->row_of.defined() ? out.index_select(0, plan->row_of) : out;
 }
 
 }  // namespace composed

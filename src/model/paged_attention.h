@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <torch/torch.h>
@@ -13,11 +14,19 @@ namespace trellis::model {
 
 constexpr int64_t kBlockSize = 16;  // tokens per KV block: one AVX-512 vector of fp32 scores
 
+namespace composed {
+struct Plan;
+}
+
+// One forward's batch, the same for each of its layers; read-only once built.
 struct PagedBatch {
   torch::Tensor slots;         // int64 [T]: block * kBlockSize + offset receiving token t's k/v
   torch::Tensor positions;     // int64 [T]: token t sees cached positions 0 .. positions[t]
   torch::Tensor token_seq;     // int64 [T]: token t's row in block_tables
   torch::Tensor block_tables;  // int32 [S, max_blocks]: each sequence's blocks in order
+  // The composed path's indexes for this batch on the device, made by the first layer that runs
+  // it and reused by the others.
+  mutable std::shared_ptr<const composed::Plan> composed_plan{};
 };
 
 // q [T, heads, hd], k and v [T, kv_heads, hd] in the cache's dtype; key_cache

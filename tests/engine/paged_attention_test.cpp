@@ -65,17 +65,34 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
       cached[s] += counts[s];
     }
     const int64_t T = static_cast<int64_t>(slots.size());
-    auto q = torch::randn({T, H, hd}).to(dtype), k = torch::randn({T, KV, hd}).to(dtype),
-         v = torch::randn({T, KV, hd}).to(dtype);
+    // Two layers' queries, keys and values on the same batch: the composed path makes its plan
+    // of the batch on the first and must reuse it on the second (writing the same slots again).
+    std::vector<torch::Tensor> q, k, v;
+    for (int layer = 0; layer < 2; ++layer) {
+      q.push_back(torch::randn({T, H, hd}).to(dtype));
+      k.push_back(torch::randn({T, KV, hd}).to(dtype));
+      v.push_back(torch::randn({T, KV, hd}).to(dtype));
+    }
     PagedBatch batch{torch::tensor(slots), torch::tensor(positions), torch::tensor(seqs), tables};
-    auto a = paged_attention(q, k, v, kc_a, vc_a, batch);
-    auto b = composed::paged_attention(q, k, v, kc_b, vc_b, batch);
+    const auto layers = [&](const auto& attention) {
+      return std::vector<torch::Tensor>{attention(0), attention(1)};
+    };
+    auto a = layers([&](int l) { return paged_attention(q[l], k[l], v[l], kc_a, vc_a, batch); });
+    auto b = layers(
+        [&](int l) { return composed::paged_attention(q[l], k[l], v[l], kc_b, vc_b, batch); });
+    EXPECT_TRUE(batch.composed_plan);
     // A chunk budget of one element: every decode token is a chunk of its own, taken shortest
     // first, and the rows must still come back in token order.
-    auto c = composed::paged_attention(q, k, v, kc_c, vc_c, batch, 1);
-    ASSERT_EQ(a.sizes(), (std::vector<int64_t>{T, H * hd}));
-    EXPECT_LT((a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>(), tol);
-    EXPECT_LT((a.to(torch::kFloat32) - c.to(torch::kFloat32)).abs().max().item<double>(), tol);
+    auto c = layers(
+        [&](int l) { return composed::paged_attention(q[l], k[l], v[l], kc_c, vc_c, batch, 1); });
+    for (int l = 0; l < 2; ++l) {
+      ASSERT_EQ(a[l].sizes(), (std::vector<int64_t>{T, H * hd}));
+      const auto diff = [&](const torch::Tensor& x) {
+        return (a[l].to(torch::kFloat32) - x.to(torch::kFloat32)).abs().max().item<double>();
+      };
+      EXPECT_LT(diff(b[l]), tol) << "layer " << l;
+      EXPECT_LT(diff(c[l]), tol) << "layer " << l << ", one decode token per chunk";
+    }
   }
   // Both paths wrote the same keys and values into the same slots (and left the rest NaN).
   auto same = [](const torch::Tensor& x, const torch::Tensor& y) {
