@@ -13,8 +13,9 @@
 namespace trellis::validator {
 namespace {
 
-// Our recomputation of one completion: logits of every completion token [N, V] (fp32) and the
-// final hidden rows [N, H] of the positions that produced them, each from the token's version.
+// Our recomputation of one completion, on the CPU whatever device computed it: logits of every
+// completion token [N, V] (fp32) and the final hidden rows [N, H] of the positions that produced
+// them, each from the token's version.
 struct Recomputed {
   torch::Tensor logits, hidden;
 };
@@ -46,12 +47,14 @@ std::vector<Recomputed> recompute(const std::vector<const rollout::RolloutRecord
     const auto fwd = model_of(version).forward_packed(
         torch::tensor(tokens), torch::tensor(positions), seq_lens,
         {.logits = true, .hidden = true, .rows = torch::tensor(selected), .fp8 = fp8});
+    // The checks read the rows on the host: one copy per forward from an accelerator.
+    const auto all_logits = fwd.logits.to(torch::kCPU), all_hidden = fwd.hidden.to(torch::kCPU);
     int64_t offset = 0;
     for (size_t r : members) {
       const auto& row = *rows[r];
       const auto n = static_cast<int64_t>(row.completion_tokens.size());
-      const auto logits = fwd.logits.slice(0, offset, offset + n);
-      const auto hidden = fwd.hidden.slice(0, offset, offset + n);
+      const auto logits = all_logits.slice(0, offset, offset + n);
+      const auto hidden = all_hidden.slice(0, offset, offset + n);
       offset += n;
       Recomputed& o = out[r];
       if (!o.logits.defined()) {
