@@ -602,8 +602,8 @@ torch::Tensor token_slots(const torch::Tensor& tables, int64_t length) {
 
 // What the composed path derives from a batch alone, on the device: the same for every layer, so
 // the first layer builds it and the others reuse it. Each layer would otherwise copy the batch to
-// the device and rebuild these indexes: about ten small copies and kernels a layer, which on a GPU
-// cost as much as the attention of a decode step.
+// the device and rebuild these indexes: about twenty small copies and kernels a layer, which on a
+// GPU cost as much as the attention of a decode step.
 struct composed::Plan {
   // What it was made for: a batch's plan is rebuilt when a layer differs in one of these.
   torch::Device device = torch::kCPU;

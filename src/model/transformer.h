@@ -41,7 +41,7 @@ struct ForwardOptions {
   // int64 indices into the leading dimension of the last layer's output: only these rows reach
   // the final norm and the LM head, so outputs are [rows, ...]. Undefined = all rows. (With a
   // large vocabulary, scoring only completion rows saves most of the LM head's time and memory.)
-  torch::Tensor rows;
+  torch::Tensor rows{};
   // The decoder layers' linear layers (q, k, v, o, gate, up, down) as block-scaled FP8 GEMMs
   // (Jet-RL, model/fp8/fp8_linear.h); the embedding, norms, attention and LM head stay in the
   // compute dtype. Without autograd each weight is quantised once per version of its master.
