@@ -535,32 +535,27 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
 torch::Tensor cached_attention(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t q_offset) {
   const int64_t B = q.size(0), t = q.size(1), s = k.size(2);
-  auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kInt64);
-  auto qpos = torch::arange(t, opts) + q_offset;
+  // [t, s]: the keys past each query's position.
+  const auto future = [&] {
+    auto opts = torch::TensorOptions().device(q.device()).dtype(torch::kInt64);
+    return torch::arange(s, opts).unsqueeze(0) > (torch::arange(t, opts) + q_offset).unsqueeze(1);
+  };
 #if TRELLIS_TORCH_SDPA
   // One fused kernel (flash or memory-efficient attention on a GPU), grouped-query heads and all.
   // Its causal flag puts query i at key i, which holds when the queries start the sequence;
   // otherwise the mask says which keys each query sees.
-  torch::Tensor out;
-  if (q_offset == 0 && t == s) {
-    out = at::scaled_dot_product_attention(q.transpose(1, 2), k, v, /*attn_mask=*/{},
-                                           /*dropout_p=*/0.0, /*is_causal=*/true,
-                                           /*scale=*/std::nullopt, /*enable_gqa=*/true);
-  } else {
-    const auto seen = torch::arange(s, opts).unsqueeze(0) <= qpos.unsqueeze(1);  // [t, s]
-    out = at::scaled_dot_product_attention(q.transpose(1, 2), k, v, seen, /*dropout_p=*/0.0,
-                                           /*is_causal=*/false, /*scale=*/std::nullopt,
-                                           /*enable_gqa=*/true);
-  }
+  const bool causal = q_offset == 0 && t == s;
+  const auto out = at::scaled_dot_product_attention(
+      q.transpose(1, 2), k, v, causal ? std::optional<torch::Tensor>() : future().logical_not(),
+      /*dropout_p=*/0.0, /*is_causal=*/causal, /*scale=*/std::nullopt, /*enable_gqa=*/true);
   return out.transpose(1, 2).reshape({B, t, -1});
 #else
   // Plain multi-head form: repeat each kv head for its query heads.
   const int64_t group = q.size(2) / k.size(1);
   auto kk = k.repeat_interleave(group, 1), vv = v.repeat_interleave(group, 1);  // [B, H, s, hd]
   auto scores = torch::matmul(q.transpose(1, 2), kk.transpose(-1, -2)).to(torch::kFloat32) /
-                std::sqrt(static_cast<double>(q.size(-1)));               // [B, H, t, s]
-  auto future = torch::arange(s, opts).unsqueeze(0) > qpos.unsqueeze(1);  // [t, s]
-  auto probs = torch::softmax(scores.masked_fill(future, -INFINITY), -1).to(q.scalar_type());
+                std::sqrt(static_cast<double>(q.size(-1)));  // [B, H, t, s]
+  auto probs = torch::softmax(scores.masked_fill(future(), -INFINITY), -1).to(q.scalar_type());
   return torch::matmul(probs, vv).transpose(1, 2).reshape({B, t, -1});
 #endif
 }

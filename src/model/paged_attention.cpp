@@ -598,13 +598,11 @@ torch::Tensor token_slots(const torch::Tensor& tables, int64_t length) {
   return blocks.to(torch::kInt64) * B + idx.remainder(B);
 }
 
-}  // namespace composed
-
 // What the composed path derives from a batch alone, on the device: the same for every layer, so
 // the first layer builds it and the others reuse it. Each layer would otherwise copy the batch to
 // the device and rebuild these indexes: about twenty small copies and kernels a layer, which on a
 // GPU cost as much as the attention of a decode step.
-struct composed::Plan {
+struct Plan {
   // What it was made for: a batch's plan is rebuilt when a layer differs in one of these.
   torch::Device device = torch::kCPU;
   bool bf16 = false;
@@ -629,8 +627,6 @@ struct composed::Plan {
   torch::Tensor row_of;  // int64 [T]: each token's row in the parts' concatenation; undefined
                          // when the parts are already in token order
 };
-
-namespace composed {
 
 std::shared_ptr<const Plan> make_plan(const PagedBatch& batch, torch::Device dev, bool bf16,
                                       int64_t kv_elements, int64_t decode_chunk_elements) {

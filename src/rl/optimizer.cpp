@@ -73,12 +73,14 @@ Optimizer::Optimizer(std::vector<torch::Tensor> parameters, OptimizerConfig conf
       group_->broadcast(t, 0);
     }
     masters_ = flatten(/*grads=*/false).narrow(0, begin_, n).clone();
-    segments_.push_back({masters_, 0});
+    if (n > 0) segments_.push_back({masters_, 0});
   } else {
     // One rank: the parameters are the masters (views share their version counter, so the
     // model sees every update).
-    for (size_t i = 0; i < parameters_.size(); ++i)
-      segments_.push_back({parameters_[i].detach().view({-1}), offsets_[i]});
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+      if (parameters_[i].numel() > 0)
+        segments_.push_back({parameters_[i].detach().view({-1}), offsets_[i]});
+    }
   }
 }
 
@@ -156,22 +158,17 @@ Optimizer::StepInfo Optimizer::step() {
 }
 
 void Optimizer::adamw_update(const torch::Tensor& grad, double lr) {
-  const double b1 = config_.beta1, b2 = config_.beta2;
-  const double bc1 = 1 - std::pow(b1, static_cast<double>(adam_steps_));
-  const double bc2 = 1 - std::pow(b2, static_cast<double>(adam_steps_));
+  if (segments_.empty()) return;  // this rank's slice is empty (more ranks than elements)
+  std::vector<torch::Tensor> masters;
+  for (const auto& seg : segments_) masters.push_back(seg.master);
   // Each segment's (parameter's, or this rank's slice's) view of a flat vector.
   const auto views_of = [this](const torch::Tensor& flat) {
     std::vector<torch::Tensor> views;
-    for (const auto& seg : segments_) {
-      if (seg.master.numel() > 0) views.push_back(flat.narrow(0, seg.offset, seg.master.numel()));
-    }
+    for (const auto& seg : segments_)
+      views.push_back(flat.narrow(0, seg.offset, seg.master.numel()));
     return views;
   };
-  std::vector<torch::Tensor> masters;
-  for (const auto& seg : segments_) {
-    if (seg.master.numel() > 0) masters.push_back(seg.master);
-  }
-  if (masters.empty()) return;  // this rank's slice is empty (more ranks than elements)
+  const double b1 = config_.beta1, b2 = config_.beta2;
   // Decoupled weight decay first, as torch.optim.AdamW; then Adam without decay.
   if (config_.weight_decay != 0) torch::_foreach_mul_(masters, 1 - lr * config_.weight_decay);
   if (state_options_.device().is_cuda()) {
@@ -186,6 +183,8 @@ void Optimizer::adamw_update(const torch::Tensor& grad, double lr) {
   }
   // The moments are flat, so a handful of ops covers the slice; the masters take one foreach op
   // (a loop on the CPU, multi-tensor kernels elsewhere).
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(adam_steps_));
+  const double bc2 = 1 - std::pow(b2, static_cast<double>(adam_steps_));
   exp_avg_.mul_(b1).add_(grad, 1 - b1);
   exp_avg_sq_.mul_(b2).addcmul_(grad, grad, 1 - b2);
   const torch::Tensor denom = (exp_avg_sq_.sqrt() / std::sqrt(bc2)).add_(config_.eps);

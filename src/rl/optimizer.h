@@ -103,9 +103,9 @@ class Optimizer {
   torch::Tensor masters_;         // fp32 [end_ - begin_], only with several ranks
   torch::TensorOptions state_options_ = torch::kFloat32;  // fp32 on the parameters' device
   torch::Tensor exp_avg_, exp_avg_sq_;
-  std::vector<Segment> segments_;
-  int64_t steps_ = 0;       // step() calls
-  int64_t adam_steps_ = 0;  // updates applied (AdamW's bias correction counts these)
+  std::vector<Segment> segments_;  // the non-empty ones (foreach ops refuse empty lists)
+  int64_t steps_ = 0;              // step() calls
+  int64_t adam_steps_ = 0;         // updates applied (AdamW's bias correction counts these)
 };
 
 }  // namespace trellis::rl
