@@ -60,7 +60,7 @@ def check(trellis, arch, scaling, work, device, prompts, max_tokens):
                     "--device", device], check=True, stderr=subprocess.DEVNULL)
     results = [json.loads(l) for l in (work / "out.jsonl").read_text().splitlines()]
 
-    hf = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(device)
+    hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     hf.eval()
     worst = 0.0
     with torch.no_grad():

@@ -219,10 +219,11 @@ struct BenchValidateFlags {
   std::string model;
   std::vector<std::string> configs;  // positional, before --config files
   EnvFlags env;
-  std::string device = "cpu";     // the workers' and the validator's
-  std::string dtype = "auto";     // the validator's
-  int threads = 0;                // run only the settings with this many threads; 0 = all
-  std::vector<std::string> only;  // run only the settings whose name contains one of these
+  std::string device = "cpu";        // the validator's (dishonest weights), and the workers'
+  std::vector<std::string> devices;  // more devices workers and validators run on
+  std::string dtype = "auto";        // the validator's
+  int threads = 0;                   // run only the settings with this many threads; 0 = all
+  std::vector<std::string> only;     // run only the settings whose name contains one of these
   validator::CalibrationOptions options;
 };
 
@@ -255,8 +256,8 @@ void print_rows(const char* title, const std::vector<validator::CalibrationRow>&
                 bool weights = false) {
   std::printf("\n%s\n", title);
   std::printf(
-      "%-22s %-5s %5s %6s %4s %6s %6s %11s %9s %8s %7s %-22s %9s %9s %9s %9s %9s %7s %7s %6s\n",
-      weights ? "weights" : "worker", "valid", "compl", "tokens", "exp", "mean", "median",
+      "%-22s %-9s %5s %6s %4s %6s %6s %11s %9s %8s %7s %-22s %9s %9s %9s %9s %9s %7s %7s %6s\n",
+      weights ? "weights" : "worker", "validator", "compl", "tokens", "exp", "mean", "median",
       "file mean", "samp.dist", "lp.err", "p(stop)", "pass (current)", "suggested", "gen tok/s",
       "val tok/s", "pre tok/s", "pack tok/s", "val/gen", "preempt", "proof");
   for (const auto& r : rows) {
@@ -270,16 +271,15 @@ void print_rows(const char* title, const std::vector<validator::CalibrationRow>&
     const std::string stop =
         c.min_stop_prob < 0 ? std::string("-") : fmt::format("{:.3f}", c.min_stop_prob);
     std::printf(
-        "%-22s %-5s %5lld %6lld %4u %6s %6s %11s %9.2g %8.4f %7s %-22s %9s %9.0f %9.0f %9.0f "
+        "%-22s %-9s %5lld %6lld %4u %6s %6s %11s %9.2g %8.4f %7s %-22s %9s %9.0f %9.0f %9.0f "
         "%9.0f %6.1fx %7lld %4.1fus\n",
         weights ? r.validator.c_str() : r.worker.describe().c_str(),
-        r.validator_dtype == torch::kBFloat16 ? "bf16" : "fp32",
-        static_cast<long long>(c.completions), static_cast<long long>(c.tokens),
-        c.worst.exp_mismatches, fmt_stat(c.worst.mant_err_mean, 2).c_str(),
-        fmt_stat(c.worst.mant_err_median, 0).c_str(), file_mean.c_str(), c.max_sampling_distance,
-        c.max_logprob_error, stop.c_str(), fmt_pass(c).c_str(),
-        passes(c, suggested) ? "pass" : "FAIL", gen, val, pre, packed, val / gen,
-        static_cast<long long>(r.preemptions),
+        r.validator_compute.describe().c_str(), static_cast<long long>(c.completions),
+        static_cast<long long>(c.tokens), c.worst.exp_mismatches,
+        fmt_stat(c.worst.mant_err_mean, 2).c_str(), fmt_stat(c.worst.mant_err_median, 0).c_str(),
+        file_mean.c_str(), c.max_sampling_distance, c.max_logprob_error, stop.c_str(),
+        fmt_pass(c).c_str(), passes(c, suggested) ? "pass" : "FAIL", gen, val, pre, packed,
+        val / gen, static_cast<long long>(r.preemptions),
         1e6 * r.proof_seconds / static_cast<double>(std::max<int64_t>(1, r.generated_tokens)));
     if (c.passed < c.completions) std::printf("    first objection: %s\n", c.first_reason.c_str());
     std::printf("    files of min_samples completions: %lld/%lld rejected by the file checks",
@@ -312,14 +312,19 @@ void print_maxima(const char* what, const validator::HonestMaxima& m, int64_t mi
 void run_bench_validate(BenchValidateFlags f) {
   f.env.config_files.insert(f.env.config_files.begin(), f.configs.begin(), f.configs.end());
   const Config config = f.env.config();
-  const auto validator_compute = model::resolve_compute(f.device, f.dtype);
   auto o = f.options;
-  o.device = validator_compute.device;
-  o.validator_dtype = validator_compute.dtype;
-  o.dtypes = {torch::kFloat32};
-  if (model::cpu_has_native_bf16()) o.dtypes.insert(o.dtypes.begin(), torch::kBFloat16);
+  o.validator = model::resolve_compute(f.device, f.dtype);
+  auto devices = f.devices;
+  if (std::find(devices.begin(), devices.end(), f.device) == devices.end())
+    devices.insert(devices.begin(), f.device);
+  for (const auto& device : devices) {
+    // Each dtype the device runs natively: bf16 (a GPU, a CPU with AVX512-BF16 or AMX), fp32.
+    const auto c = model::resolve_compute(device, "auto");
+    if (c.bf16()) o.computes.push_back({c.device, torch::kBFloat16});
+    o.computes.push_back({c.device, torch::kFloat32});
+  }
   const auto rules = validator::Rules::from_config(config, 0);
-  o.settings = validator::calibration_matrix(o.dtypes, rules.fp8);
+  o.settings = validator::calibration_matrix(o.computes, rules.fp8);
   if (f.threads > 0) {
     std::erase_if(o.settings,
                   [&](const validator::WorkerSetting& w) { return w.threads != f.threads; });
@@ -334,16 +339,18 @@ void run_bench_validate(BenchValidateFlags f) {
   if (o.settings.empty())
     throw Error(
         fmt::format("no worker setting matches --threads {} --only [{}]; they are named like "
-                    "\"b8 t2 tight bf16\" (batch, threads: 1 or 2, KV-cache layout, dtype)",
+                    "\"b8 t2 tight bf16\" (batch, threads: 1 or 2, KV-cache layout, dtype; "
+                    "\"cuda\" off the CPU)",
                     f.threads, fmt::join(f.only, ", ")));
   const auto& t = rules.thresholds;
   std::printf(
       "bench validate: %s, env %s, G %lld, max_tokens %lld, temperature %g; %lld completions per "
-      "setting; validator cpu/%s\n",
+      "setting; workers on %s, validator %s\n",
       f.model.c_str(), config.get<std::string>("env.name").c_str(),
       static_cast<long long>(rules.rollout.group_size),
       static_cast<long long>(rules.rollout.max_tokens), rules.rollout.sampling.temperature,
-      static_cast<long long>(o.completions), validator_compute.bf16() ? "bf16" : "fp32");
+      static_cast<long long>(o.completions), fmt::format("{}", fmt::join(devices, ", ")).c_str(),
+      o.validator.describe().c_str());
   std::printf(
       "current thresholds ([%s], rl.precision %s): toploc %u / %g / %g (file-wide mean %g), "
       "sampling tolerance %g, misses %lld, log-prob error %g, p(stop) > %g\n",
@@ -367,6 +374,7 @@ void run_bench_validate(BenchValidateFlags f) {
   // other dtype's too) plus a little, never below the floor kept for what was not measured.
   validator::HonestMaxima honest = report.maxima;
   for (const auto& r : report.cross) honest.add(r.check);
+  for (const auto& r : report.cross_device) honest.add(r.check);
   const auto suggested = validator::suggest_thresholds(honest, validator::unmeasured_floor());
   validator::SuggestedThresholds none;
   none.toploc = {0, 0, 0};
@@ -381,8 +389,14 @@ void run_bench_validate(BenchValidateFlags f) {
       "(check_samples: packed prefill and checks), of its prefills one completion at a time and "
       "packed into forwards of 4096 tokens, same threads; the proof "
       "threads' time per generated token\n");
-  print_rows("Honest workers, validator in the worker's dtype:", report.honest, suggested, rules);
-  print_rows("Honest workers, validator in the other dtype:", report.cross, suggested, rules);
+  print_rows("Honest workers, validator on the worker's device, in its dtype:", report.honest,
+             suggested, rules);
+  print_rows("Honest workers, validator on the worker's device, in the other dtype:", report.cross,
+             suggested, rules);
+  if (!report.cross_device.empty()) {
+    print_rows("Honest workers, validator on the other device:", report.cross_device, suggested,
+               rules);
+  }
   if (!report.dishonest.empty()) {
     print_rows(("Dishonest weights: the completions of " + report.dishonest[0].worker.describe() +
                 " checked against other weights, and the same setting rolled out in the other "
@@ -394,6 +408,8 @@ void run_bench_validate(BenchValidateFlags f) {
   print_maxima("honest maxima, same dtype", report.maxima, rules.min_samples);
   if (!report.cross.empty())
     print_maxima("honest maxima, other dtype", report.cross_maxima, rules.min_samples);
+  if (!report.cross_device.empty())
+    print_maxima("honest maxima, other device", report.cross_device_maxima, rules.min_samples);
   const auto print_thresholds = [](const char* what, const validator::SuggestedThresholds& t) {
     std::printf("%s: toploc %u / %g / %g, sampling tolerance %g, misses %lld, log-prob error %g\n",
                 what, t.toploc.exp_mismatches, t.toploc.mant_err_mean, t.toploc.mant_err_median,
@@ -539,8 +555,17 @@ void add_bench_commands(CLI::App& app) {
                    "honest completions per worker setting (at least its batch)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  validate->add_option("--device", va.device, "cpu | cuda: the workers' and validator's")
+  validate
+      ->add_option("--device", va.device,
+                   "cpu | cuda: the workers' and validator's (the one the dishonest weights are "
+                   "checked by)")
       ->capture_default_str();
+  validate
+      ->add_option("--devices", va.devices,
+                   "more devices, e.g. cpu,cuda: workers and validators run on each, and every "
+                   "worker's completions are checked on every device (a CUDA worker by a CPU "
+                   "validator and the reverse)")
+      ->delimiter(',');
   validate->add_option("--dtype", va.dtype, "the validator's compute dtype: auto | bf16 | fp32")
       ->capture_default_str();
   validate

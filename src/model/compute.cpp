@@ -12,6 +12,10 @@ std::string Compute::describe() const {
   return std::string(device.is_cuda() ? "cuda" : "cpu") + "/" + (bf16() ? "bf16" : "fp32");
 }
 
+void synchronize(const Compute& compute) {
+  if (compute.device.is_cuda()) torch::cuda::synchronize();
+}
+
 bool cpu_has_native_bf16() {
 #if defined(__x86_64__)
   __builtin_cpu_init();

@@ -23,6 +23,10 @@ struct Compute {
 // this libtorch has no CUDA, or bf16 is asked for on a CPU without native bf16.
 Compute resolve_compute(const std::string& device, const std::string& dtype);
 
+// Waits until the device has run the work queued on it (CUDA kernels run asynchronously; a no-op
+// on the CPU), so a timer read next counts that work.
+void synchronize(const Compute& compute);
+
 // True when this CPU executes bf16 matmuls natively (AVX512-BF16 or AMX-BF16).
 bool cpu_has_native_bf16();
 

@@ -10,10 +10,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void sync(const Compute& c) {
-  if (c.device.is_cuda()) torch::cuda::synchronize();
-}
-
 }  // namespace
 
 double measure_matmul_flops(const Compute& compute, int64_t n) {
@@ -23,10 +19,10 @@ double measure_matmul_flops(const Compute& compute, int64_t n) {
   auto c = torch::matmul(a, b);  // warm-up: oneDNN picks and caches its kernel here
   double best = 1e30;
   for (int rep = 0; rep < 10; ++rep) {
-    sync(compute);
+    synchronize(compute);
     double t0 = now_s();
     c = torch::matmul(a, b);
-    sync(compute);
+    synchronize(compute);
     best = std::min(best, now_s() - t0);
   }
   return 2.0 * n * n * n / best;

@@ -16,10 +16,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void sync(const model::Compute& c) {
-  if (c.device.is_cuda()) torch::cuda::synchronize();
-}
-
 std::vector<int64_t> input_lengths(const std::vector<Rollout>& batch,
                                    const std::vector<size_t>& which) {
   std::vector<int64_t> lengths;
@@ -195,7 +191,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
       loss_sum += result.loss.item<double>();
       stats += result.stats;
     }
-    sync(policy_.compute());
+    model::synchronize(policy_.compute());
     const double t_opt = now_s();
     forward_backward_seconds += t_opt - t_fb;
     const auto info = optimizer_.step();
@@ -203,7 +199,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
     grad_norm_sum += info.grad_norm;
     lr = info.lr;
   }
-  sync(policy_.compute());
+  model::synchronize(policy_.compute());
 
   // Every rank's sums, and each rank's compute time in its own slot.
   double forward_backward_min = forward_backward_seconds,

@@ -66,15 +66,15 @@ const char* kv_layout_name(KvLayout layout) {
 }
 
 std::string WorkerSetting::describe() const {
-  return fmt::format("b{} t{} {} {}{}", batch, threads, kv_layout_name(layout), dtype_name(dtype),
-                     fp8 ? " fp8" : "");
+  return fmt::format("b{} t{} {} {}{}{}", batch, threads, kv_layout_name(layout), dtype_name(dtype),
+                     fp8 ? " fp8" : "", device.is_cpu() ? "" : " " + device.str());
 }
 
 HonestRun generate_honest(model::Transformer& model, const model::Prompting& prompting,
                           const Config& config, const WorkerSetting& setting, int64_t completions) {
-  if (model.compute().dtype != setting.dtype)
-    throw Error(fmt::format("calibration: the model computes in {}, the setting asks for {}",
-                            dtype_name(model.compute().dtype), dtype_name(setting.dtype)));
+  if (model.compute().dtype != setting.dtype || model.compute().device != setting.device)
+    throw Error(fmt::format("calibration: the model computes on {}, the setting asks for {}",
+                            model.compute().describe(), setting.compute().describe()));
   const auto rl = rl::RlLoopConfig::from_config(config);
   const auto environment = env::make_environment(config);
   const rl::TaskSource tasks(*environment, config, rl.seed);
@@ -228,6 +228,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
     model.forward(torch::tensor(seq),
                   {.logits = true, .hidden = true, .rows = torch::arange(p - 1, p + n - 1)});
   }
+  model::synchronize(model.compute());
   s.prefill_seconds = now_s() - t1;
 
   const double t2 = now_s();
@@ -254,6 +255,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
     lens.push_back(p + n - 1);
   }
   flush();
+  model::synchronize(model.compute());
   s.packed_seconds = now_s() - t2;
   return s;
 }
@@ -300,16 +302,17 @@ SuggestedThresholds unmeasured_floor() {
   return f;
 }
 
-std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes,
+std::vector<WorkerSetting> calibration_matrix(const std::vector<model::Compute>& computes,
                                               bool fp8) {
   std::vector<WorkerSetting> m;
-  for (const auto dtype : dtypes) {
-    m.push_back({1, 1, KvLayout::kPaged, dtype, fp8});
-    m.push_back({8, 1, KvLayout::kPaged, dtype, fp8});
-    m.push_back({8, 2, KvLayout::kPaged, dtype, fp8});
-    m.push_back({64, 2, KvLayout::kPaged, dtype, fp8});
-    m.push_back({8, 2, KvLayout::kTight, dtype, fp8});
-    m.push_back({16, 2, KvLayout::kChunked, dtype, fp8});
+  for (const auto& c : computes) {
+    const int threads = c.device.is_cpu() ? 2 : 1;  // of every setting but the first ones
+    m.push_back({1, 1, KvLayout::kPaged, c.dtype, fp8, c.device});
+    m.push_back({8, 1, KvLayout::kPaged, c.dtype, fp8, c.device});
+    if (threads != 1) m.push_back({8, threads, KvLayout::kPaged, c.dtype, fp8, c.device});
+    m.push_back({64, threads, KvLayout::kPaged, c.dtype, fp8, c.device});
+    m.push_back({8, threads, KvLayout::kTight, c.dtype, fp8, c.device});
+    m.push_back({16, threads, KvLayout::kChunked, c.dtype, fp8, c.device});
   }
   return m;
 }
@@ -349,15 +352,20 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   const auto progress = [&](const std::string& what) {
     if (on_progress) on_progress(what);
   };
-  if (options.dtypes.empty()) throw Error("calibration: no compute dtype to run");
+  if (options.computes.empty()) throw Error("calibration: no device and dtype to run");
   ThreadsGuard threads_guard;
-  std::map<torch::ScalarType, std::unique_ptr<model::Transformer>> models;
-  for (const auto dtype : options.dtypes)
-    models[dtype] = model::load_transformer(model_dir, {options.device, dtype});
-  if (!models.count(options.validator_dtype))
-    throw Error(fmt::format("calibration: the validator's dtype {} is not among the dtypes run",
-                            dtype_name(options.validator_dtype)));
-  const auto prompting = model::Prompting::load(model_dir, models.begin()->second->config());
+  // One model per device and dtype: the workers' of that compute, and a validator's.
+  std::vector<std::unique_ptr<model::Transformer>> models;
+  for (const auto& c : options.computes) models.push_back(model::load_transformer(model_dir, c));
+  const auto model_in = [&](const model::Compute& c) -> model::Transformer& {
+    for (const auto& m : models) {
+      if (m->compute().device == c.device && m->compute().dtype == c.dtype) return *m;
+    }
+    throw Error(
+        fmt::format("calibration: {} is not among the devices and dtypes run", c.describe()));
+  };
+  model_in(options.validator);
+  const auto prompting = model::Prompting::load(model_dir, models.front()->config());
   const Rules rules = Rules::from_config(config, 0);
   const auto stops = stop_ids(prompting);
   const int64_t vocab = prompting.tok.vocab_size();
@@ -367,21 +375,21 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
                                   rules.rollout.group_size);
 
   // Warm-up, untimed: the first forwards of a model pay for kernel selection and page faults.
-  for (const auto& [dtype, m] : models) {
-    progress(fmt::format("warm-up {}", dtype_name(dtype)));
-    const auto run =
-        generate_honest(*m, prompting, config, {8, 2, KvLayout::kPaged, dtype, rules.fp8}, 8);
+  for (const auto& m : models) {
+    const auto c = m->compute();
+    progress("warm-up " + c.describe());
+    const auto run = generate_honest(*m, prompting, config,
+                                     {8, 2, KvLayout::kPaged, c.dtype, rules.fp8, c.device}, 8);
     check_rows(run.rows, rules, stops, vocab, *m, per_forward);
   }
 
   // One row of the report: `run`'s completions checked by `model`, on the worker's threads (the
   // same machine and threads as the worker).
-  const auto checked = [&](const HonestRun& run, torch::ScalarType validator_dtype,
-                           std::string validator, model::Transformer& model) {
+  const auto checked = [&](const HonestRun& run, std::string validator, model::Transformer& model) {
     torch::set_num_threads(run.setting.threads);
     CalibrationRow row;
     row.worker = run.setting;
-    row.validator_dtype = validator_dtype;
+    row.validator_compute = model.compute();
     row.validator = std::move(validator);
     row.generated_tokens = run.tokens;
     row.generation_seconds = run.seconds;
@@ -393,44 +401,51 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
 
   CalibrationReport report;
   report.checked_per_file = static_cast<int64_t>(per_forward);
-  // The completions checked against dishonest weights: b8 t2 paged in the validator's dtype.
-  const WorkerSetting reference{8, 2, KvLayout::kPaged, options.validator_dtype, rules.fp8};
-  const HonestRun* dishonest_rows = nullptr;
   std::vector<HonestRun> runs;
   runs.reserve(options.settings.size());
   for (const auto& setting : options.settings) {
-    if (!models.count(setting.dtype))
-      throw Error(fmt::format("calibration: setting {} needs a dtype that was not loaded",
-                              setting.describe()));
     if (setting.fp8 != rules.fp8)
       throw Error(
           fmt::format("calibration: setting {} is not honest in a run with rl.precision "
                       "= \"{}\"",
                       setting.describe(), config.get<std::string>("rl.precision")));
+    auto& worker = model_in(setting.compute());
     progress("generate " + setting.describe());
-    runs.push_back(
-        generate_honest(*models[setting.dtype], prompting, config, setting, options.completions));
-    const HonestRun& run = runs.back();
-    if (setting.describe() == reference.describe()) dishonest_rows = &run;
-    for (const auto& [dtype, m] : models) {
-      progress(fmt::format("check {} with {}", setting.describe(), dtype_name(dtype)));
-      CalibrationRow row = checked(run, dtype, "honest", *m);
-      if (row.same_dtype()) {
+    runs.push_back(generate_honest(worker, prompting, config, setting, options.completions));
+    for (const auto& m : models) {
+      progress(fmt::format("check {} with {}", setting.describe(), m->compute().describe()));
+      CalibrationRow row = checked(runs.back(), "honest", *m);
+      if (row.same_compute()) {
         report.maxima.add(row.check);
         report.honest.push_back(std::move(row));
-      } else {
+      } else if (row.same_device()) {
         report.cross_maxima.add(row.check);
         report.cross.push_back(std::move(row));
+      } else {
+        report.cross_device_maxima.add(row.check);
+        report.cross_device.push_back(std::move(row));
       }
     }
   }
-  for (const auto& run : runs) {  // else the first run in the validator's dtype, else the first
-    if (!dishonest_rows && run.setting.dtype == options.validator_dtype) dishonest_rows = &run;
+  // The completions checked against dishonest weights: of the b8 paged setting with the most
+  // threads in the validator's compute, else of the first in that compute, else of the first.
+  const auto in_validator = [&](const HonestRun& run) {
+    const auto& w = run.setting;
+    return w.device == options.validator.device && w.dtype == options.validator.dtype;
+  };
+  const HonestRun* dishonest_rows = nullptr;
+  for (const auto& run : runs) {
+    if (in_validator(run) && run.setting.batch == 8 && run.setting.layout == KvLayout::kPaged &&
+        (!dishonest_rows || run.setting.threads > dishonest_rows->setting.threads))
+      dishonest_rows = &run;
+  }
+  for (const auto& run : runs) {
+    if (!dishonest_rows && in_validator(run)) dishonest_rows = &run;
   }
   if (!dishonest_rows && !runs.empty()) dishonest_rows = &runs.front();
   if (!dishonest_rows) return report;
 
-  // Dishonest weights in the validator's dtype: the worker claims the policy but generated with
+  // Dishonest weights in the validator's compute: the worker claims the policy but generated with
   // these, which is the same as checking its honest completions against them.
   struct Weights {
     std::string name;
@@ -446,9 +461,9 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   };
   for (const auto& d : dishonest) {
     progress("check " + dishonest_rows->setting.describe() + " with " + d.name);
-    auto m = model::load_transformer(model_dir, {options.device, options.validator_dtype});
+    auto m = model::load_transformer(model_dir, options.validator);
     d.change(*m);
-    report.dishonest.push_back(checked(*dishonest_rows, options.validator_dtype, d.name, *m));
+    report.dishonest.push_back(checked(*dishonest_rows, d.name, *m));
   }
 
   // A worker that claims the run's precision but rolls out in the other one (a bf16 worker in an
@@ -458,11 +473,10 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   other.fp8 = !rules.fp8;
   progress("generate " + other.describe());
   const HonestRun cheat =
-      generate_honest(*models[other.dtype], prompting, config, other, options.completions);
-  progress(fmt::format("check {} with {}", other.describe(), dtype_name(options.validator_dtype)));
-  report.dishonest.push_back(checked(cheat, options.validator_dtype,
-                                     rules.fp8 ? "bf16 rollout" : "fp8 rollout",
-                                     *models[options.validator_dtype]));
+      generate_honest(model_in(other.compute()), prompting, config, other, options.completions);
+  progress(fmt::format("check {} with {}", other.describe(), options.validator.describe()));
+  report.dishonest.push_back(
+      checked(cheat, rules.fp8 ? "bf16 rollout" : "fp8 rollout", model_in(options.validator)));
   return report;
 }
 

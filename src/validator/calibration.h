@@ -1,7 +1,8 @@
 // Calibration of the validator's thresholds (specs/toploc.md §3.5, §6): honest workers generate
 // rollouts with proofs under a matrix of settings that change the numerics but not the policy
-// (completions decoding at once, torch threads, KV-cache layout, compute dtype); every completion
-// is checked by check_sample against a validator's model, as `trellis validate` checks it. The
+// (completions decoding at once, torch threads, KV-cache layout, compute dtype, device); every
+// completion is checked by check_sample against a validator's model on every device and dtype
+// run, as `trellis validate` checks it: a CUDA worker's by a CPU validator and the reverse. The
 // largest statistics honest workers reach, and the smallest ones dishonest workers (perturbed
 // weights, fp8 weights, other weights) reach, bound where the thresholds may lie. The same runs
 // time generation against validation on one machine. `trellis bench validate` prints the report;
@@ -43,7 +44,10 @@ struct WorkerSetting {
   KvLayout layout = KvLayout::kPaged;
   torch::ScalarType dtype = torch::kFloat32;  // the worker's compute dtype
   bool fp8 = false;  // linear layers in FP8 (rl.precision fp8-rollout | fp8: model/fp8/)
-  std::string describe() const;  // e.g. "b8 t2 tight bf16", "b8 t2 paged bf16 fp8"
+  torch::Device device = torch::kCPU;
+  model::Compute compute() const { return {device, dtype}; }
+  // e.g. "b8 t2 tight bf16", "b8 t2 paged bf16 fp8", "b8 t1 paged bf16 cuda" (off the CPU)
+  std::string describe() const;
 };
 
 // Honest rollouts of one setting as the rows a worker uploads, and what generating them took.
@@ -139,9 +143,11 @@ SuggestedThresholds suggest_thresholds(const HonestMaxima& honest,
 // coarsely (docs/validation.md#calibration); no sampling misses.
 SuggestedThresholds unmeasured_floor();
 
-// The default matrix, in each of `dtypes`: b1 t1, b8 t1, b8 t2 and b64 t2 with the paged cache;
-// b8 t2 tight; b16 t2 chunked. Every setting's linear layers in FP8 when `fp8`.
-std::vector<WorkerSetting> calibration_matrix(const std::vector<torch::ScalarType>& dtypes,
+// The default matrix, in each of `computes`: on a CPU b1 t1, b8 t1, b8 t2 and b64 t2 with the
+// paged cache, b8 t2 tight, b16 t2 chunked; on a GPU the same with one thread (threads change a
+// CPU's reduction order; on a GPU they only run the host's side). Every setting's linear layers
+// in FP8 when `fp8`.
+std::vector<WorkerSetting> calibration_matrix(const std::vector<model::Compute>& computes,
                                               bool fp8 = false);
 
 // Dishonest weights (specs/toploc.md §7), changed in place. `relative` noise adds N(0, (relative
@@ -156,45 +162,48 @@ torch::Tensor fp8_e4m3_round(const torch::Tensor& x);
 
 // The whole calibration behind `trellis bench validate`.
 struct CalibrationOptions {
-  int64_t completions = 32;                             // per setting (at least its batch)
-  std::vector<WorkerSetting> settings;                  // calibration_matrix() of the dtypes below
-  torch::Device device = torch::kCPU;                   // of the workers' and validator's models
-  torch::ScalarType validator_dtype = torch::kFloat32;  // the machine's default (auto)
-  std::vector<torch::ScalarType> dtypes;                // every dtype this machine runs
-  double noise = 0.01;                                  // dishonest: relative weight noise
-  uint64_t seed = 1;                                    // of the noise and of the other weights
+  int64_t completions = 32;              // per setting (at least its batch)
+  std::vector<WorkerSetting> settings;   // calibration_matrix() of the computes below
+  std::vector<model::Compute> computes;  // every device and dtype run: a validator model in each
+  model::Compute validator;              // the validator the dishonest weights are checked by
+  double noise = 0.01;                   // dishonest: relative weight noise
+  uint64_t seed = 1;                     // of the noise and of the other weights
 };
 
 // One row of the report: a setting's completions against one validator model.
 struct CalibrationRow {
   WorkerSetting worker;
-  torch::ScalarType validator_dtype = torch::kFloat32;
+  model::Compute validator_compute;
   std::string validator;  // "honest", or the dishonest weights': "noise 1%", "fp8-e4m3", ...
   int64_t generated_tokens = 0;
   double generation_seconds = 0;
   int64_t preemptions = 0;
   double proof_seconds = 0;
   CheckSummary check;
-  bool same_dtype() const { return worker.dtype == validator_dtype; }
+  bool same_device() const { return worker.device == validator_compute.device; }
+  bool same_compute() const { return same_device() && worker.dtype == validator_compute.dtype; }
 };
 
 struct CalibrationReport {
-  int64_t checked_per_file = 1;           // completions checked together in one packed forward
-  std::vector<CalibrationRow> honest;     // same dtype as the validator's, each validator dtype
-  std::vector<CalibrationRow> cross;      // worker dtype != validator dtype
-  std::vector<CalibrationRow> dishonest;  // one setting's completions against other weights
-  HonestMaxima maxima;                    // over `honest`
-  HonestMaxima cross_maxima;              // over `cross`
+  int64_t checked_per_file = 1;              // completions checked together in one packed forward
+  std::vector<CalibrationRow> honest;        // validator on the worker's device, in its dtype
+  std::vector<CalibrationRow> cross;         // on the worker's device, in another dtype
+  std::vector<CalibrationRow> cross_device;  // on another device (a CUDA worker, a CPU validator)
+  std::vector<CalibrationRow> dishonest;     // one setting's completions against other weights
+  HonestMaxima maxima;                       // over `honest`
+  HonestMaxima cross_maxima;                 // over `cross`
+  HonestMaxima cross_device_maxima;          // over `cross_device`
 };
 
-// Runs every setting of options.settings (its dtype's model loaded from `model_dir`) and checks
-// its completions against the validator model of each dtype in options.dtypes, under the rules of
-// `config` (an FP8 run's rules when rl.precision says so: every setting must roll out in the
-// run's precision). The completions of "b8 t2 paged" in options.validator_dtype (else of the first
-// setting) are also checked against dishonest weights: options.noise and 0.3 x that, fp8-e4m3,
-// unrelated weights; and the same setting rolled out in the other precision (a worker that claims
-// the run's FP8 but computes in bf16, or the reverse) is checked against the honest validator.
-// Validation runs on the generating setting's threads. on_progress(what) before each piece.
+// Runs every setting of options.settings (on its compute's model, loaded from `model_dir`) and
+// checks its completions against the validator model of each of options.computes, under the rules
+// of `config` (an FP8 run's rules when rl.precision says so: every setting must roll out in the
+// run's precision). The completions of the b8 paged setting with the most threads in
+// options.validator's compute (else the first in that compute, else the first) are also checked
+// against dishonest weights: options.noise and 0.3 x that, fp8-e4m3, unrelated weights; and the
+// same setting rolled out in the other precision (a worker that claims the run's FP8 but computes
+// in bf16, or the reverse) is checked against the honest validator. Validation runs on the
+// generating setting's threads. on_progress(what) before each piece.
 CalibrationReport calibrate(const std::string& model_dir, const Config& config,
                             const CalibrationOptions& options,
                             const std::function<void(const std::string&)>& on_progress = {});

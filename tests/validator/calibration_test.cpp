@@ -4,7 +4,10 @@
 // model checks with the default rules (four at a time, in one packed forward, as a validator
 // checks a file); the same completions checked against another model's weights fail TOPLOC, and
 // against 1% noise fail the file-wide mean; a worker rolling out in another precision than the
-// run's (FP8 or not) is caught. Also the fp8 e4m3 rounding and the threshold rule on known values.
+// run's (FP8 or not) is caught. The whole calibration sorts each worker's completions by the device
+// and dtype of the validator that checked them (a CUDA worker against a CPU validator, and the
+// reverse, where there is a GPU). Also the fp8 e4m3 rounding and the threshold rule on known
+// values.
 #include "validator/calibration.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +16,7 @@
 #include <filesystem>
 
 #include "common/config.h"
+#include "error_of.h"
 #include "model/checkpoint.h"
 #include "model/presets.h"
 #include "validator/file_checks.h"
@@ -142,6 +146,91 @@ TEST_F(Calibration, AWorkerRollingOutInAnotherPrecisionThanTheRunsIsCaught) {
   // FP8 rows in a bf16 run (a worker saving compute): every file is rejected too.
   const auto saver = check_rows(fp8_rows, bf16_rules, stops, vocab, *model, 4);
   EXPECT_EQ(saver.groups_rejected, saver.groups) << "file mean " << saver.min_group_mant_err_mean;
+}
+
+// The whole calibration (`trellis bench validate`) over every compute it is given: each worker's
+// completions are checked by a validator in each device and dtype, and sorted into the report's
+// groups by what the validator shares with the worker.
+std::vector<model::Compute> cpu_computes() {
+  std::vector<model::Compute> computes = {{torch::kCPU, torch::kFloat32}};
+  if (model::cpu_has_native_bf16()) computes.push_back({torch::kCPU, torch::kBFloat16});
+  return computes;
+}
+
+CalibrationOptions small_calibration(const std::vector<model::Compute>& computes) {
+  CalibrationOptions o;
+  o.completions = 8;
+  o.computes = computes;
+  o.validator = computes.front();
+  for (const auto& c : computes)
+    o.settings.push_back({4, 1, KvLayout::kPaged, c.dtype, false, c.device});
+  return o;
+}
+
+TEST_F(Calibration, ChecksEveryWorkerWithAValidatorInEveryDtype) {
+  const auto computes = cpu_computes();
+  const auto options = small_calibration(computes);
+  const auto report = calibrate(dir_.string(), config_, options);
+  const auto rules = Rules::from_config(config_, 0);
+
+  ASSERT_EQ(report.honest.size(), computes.size());
+  for (const auto& row : report.honest) {
+    EXPECT_TRUE(row.same_compute()) << row.worker.describe();
+    EXPECT_EQ(row.validator, "honest");
+    EXPECT_EQ(row.check.passed, 8) << row.worker.describe() << ": " << row.check.first_reason;
+    EXPECT_GT(row.generated_tokens, 0);
+  }
+  EXPECT_LE(report.maxima.worst.exp_mismatches, rules.thresholds.exp_mismatches);
+  // Each worker against the validator in each other dtype, on the same device.
+  ASSERT_EQ(report.cross.size(), computes.size() * (computes.size() - 1));
+  for (const auto& row : report.cross) {
+    EXPECT_TRUE(row.same_device());
+    EXPECT_NE(row.worker.dtype, row.validator_compute.dtype);
+    EXPECT_EQ(row.check.completions, 8);
+  }
+  EXPECT_TRUE(report.cross_device.empty());
+  // The validator's own worker against dishonest weights: unrelated weights fail every completion.
+  ASSERT_EQ(report.dishonest.size(), 5u);
+  for (const auto& row : report.dishonest) {
+    EXPECT_EQ(row.validator_compute.dtype, options.validator.dtype) << row.validator;
+    if (row.validator != "fp8 rollout") EXPECT_EQ(row.worker.describe(), "b4 t1 paged fp32");
+  }
+  EXPECT_EQ(report.dishonest[3].validator, "other weights");
+  EXPECT_EQ(report.dishonest[3].check.passed, 0);
+  EXPECT_EQ(report.dishonest[4].validator, "fp8 rollout");
+  EXPECT_TRUE(report.dishonest[4].worker.fp8);
+  EXPECT_EQ(report.dishonest[4].check.groups_rejected, report.dishonest[4].check.groups);
+
+  // A worker on a device or dtype that has no model is an error naming it.
+  auto wrong = options;
+  wrong.settings = {
+      {4, 1, KvLayout::kPaged, torch::kFloat32, false, torch::Device(torch::kCUDA, 0)}};
+  EXPECT_NE(test::error_of([&] {
+              calibrate(dir_.string(), config_, wrong);
+            }).find("cuda/fp32 is not among the devices and dtypes run"),
+            std::string::npos);
+}
+
+// The target of a swarm of mixed machines: a CUDA worker's completions pass a CPU validator and a
+// CPU worker's pass a CUDA validator, under the default thresholds, in fp32 and (where the CPU has
+// it natively) bf16.
+TEST_F(Calibration, ACudaWorkerPassesACpuValidatorAndTheReverse) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto computes = cpu_computes();
+  for (const auto& c : cpu_computes())
+    computes.push_back({torch::Device(torch::kCUDA, 0), c.dtype});
+  const auto report = calibrate(dir_.string(), config_, small_calibration(computes));
+  ASSERT_EQ(report.cross_device.size(), computes.size() * computes.size() / 2);
+  int64_t cuda_workers = 0;
+  for (const auto& row : report.cross_device) {
+    EXPECT_FALSE(row.same_device());
+    cuda_workers += row.worker.device.is_cuda();
+    EXPECT_EQ(row.check.passed, row.check.completions)
+        << row.worker.describe() << " checked on " << row.validator_compute.describe() << ": "
+        << row.check.first_reason;
+    EXPECT_EQ(row.check.groups_rejected, 0) << row.worker.describe();
+  }
+  EXPECT_EQ(cuda_workers, static_cast<int64_t>(report.cross_device.size() / 2));
 }
 
 TEST(Fp8E4m3, RoundsToThreeMantissaBitsWithinRange) {

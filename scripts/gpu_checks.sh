@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Issue 22's checks and figures on a GPU machine in one go, sized for one 10-minute call: builds
+# build-cuda/, runs the tests that exercise CUDA, checks log-probs against transformers, and
+# measures decode, training and cross-device validation, each beside its peer where one exists
+# (HF transformers on the same model files, in the same run). Every step has a time limit; a step
+# that fails or runs out is marked and the others still run. Needs python3 with a CUDA PyTorch and
+# transformers.
+#
+# Usage: scripts/gpu_checks.sh [OUT_DIR]   (default: $OUT, else gpu-results/)
+# Writes OUT_DIR/gpu_checks.log (every step's output) and OUT_DIR/summary.txt (one line a step).
+#
+# Build: with .gpu/build.sh and .gpu/debs in the checkout (../shared/device/README.md; fetch the
+# debs with `.gpu/fetch-debs.sh .gpu/debs libgloo-dev libgloo0 libhiredis-dev libhiredis0.14
+# libseccomp-dev libseccomp2`, which the shared list lacks), the offline recipe; else
+# scripts/build_cuda.sh (setup.sh's packages installed).
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+OUT_DIR=${1:-${OUT:-$ROOT/gpu-results}}
+mkdir -p "$OUT_DIR"
+LOG=$OUT_DIR/gpu_checks.log
+SUMMARY=$OUT_DIR/summary.txt
+: >"$LOG"
+: >"$SUMMARY"
+WORK=$(mktemp -d /tmp/trellis-gpu.XXXXXX)
+BIN=$ROOT/build-cuda/trellis
+T=$ROOT/build-cuda/tests
+cd "$ROOT" || exit 1
+
+# The whole script stops starting steps after this many seconds, so that it ends inside a
+# 10-minute call with what it measured (GPU_CHECKS_SECONDS overrides).
+DEADLINE=${GPU_CHECKS_SECONDS:-570}
+
+# step NAME SECONDS COMMAND...: runs COMMAND under a time limit (cut to what is left before the
+# deadline), its output into the log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((DEADLINE - SECONDS))
+  if [ $left -lt 15 ]; then
+    printf '%-28s %-22s\n' "$name" "SKIPPED (no time left)" | tee -a "$SUMMARY"
+    return 1
+  fi
+  [ "$limit" -gt $left ] && limit=$left
+  local t0=$SECONDS
+  echo "===== $name: $*" >>"$LOG"
+  timeout "$limit" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  local verdict=ok
+  [ $rc -eq 124 ] && verdict="TIMEOUT after ${limit} s"
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && verdict="FAILED rc $rc"
+  printf '%-28s %-22s %4d s\n' "$name" "$verdict" $((SECONDS - t0)) | tee -a "$SUMMARY"
+  return $rc
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)'
+  git -C "$ROOT" log -1 --oneline 2>/dev/null
+} >>"$LOG" 2>&1
+
+targets=(trellis rl_tests engine_tests validator_tests)
+if [ -f .gpu/build.sh ] && [ -d .gpu/debs ]; then
+  step build 300 bash .gpu/build.sh .gpu/debs . build-cuda "${targets[@]}" || exit 1
+  export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+else
+  step build 300 scripts/build_cuda.sh "${targets[@]}" || exit 1
+fi
+
+# The models: the small preset, and random weights of Qwen2-0.5B's shape (the issue's targets).
+step models 120 bash -c "'$BIN' model init --preset small --out '$WORK/small' &&
+  '$BIN' model init --arch qwen2 --preset tiny --out '$WORK/q05' &&
+  python3 scripts/hf_peer.py shape '$WORK/q05'"
+
+# Decode, batch 64 and 1, 128 + 128 tokens: Trellis, then transformers on the same files.
+for b in 64 1; do
+  step "decode-b$b" 90 "$BIN" bench generate --model "$WORK/q05" --batch $b --prompt-len 128 \
+    --max-tokens 128 --device cuda
+  step "hf-decode-b$b" 120 python3 scripts/hf_peer.py generate "$WORK/q05" --batch $b \
+    --prompt-len 128 --max-tokens 128
+done
+
+# The CUDA tests: the fused AdamW against the CPU's, the paged attention and batched sampling,
+# and a CUDA worker's rollouts against a CPU validator and the reverse.
+step test-optimizer 60 "$T/rl/rl_tests" --gtest_filter='Optimizer.*'
+step test-paged 90 "$T/engine/engine_tests" --gtest_filter='*Paged*:*BatchSampler*'
+step test-cross-device 120 "$T/validator/validator_tests" \
+  --gtest_filter='Calibration.ACudaWorkerPassesACpuValidatorAndTheReverse'
+step hf-logprobs 120 python3 scripts/check_hf_logprobs.py "$BIN" --device cuda
+
+# Training: full RL steps with and without recomputing layers (MFU against the same-run matmul).
+step train 120 "$BIN" bench train --model "$WORK/q05" --device cuda --dtype bf16
+step train-checkpointing 120 "$BIN" bench train --model "$WORK/q05" --device cuda --dtype bf16 \
+  --activation-checkpointing
+
+# Calibration across devices: CUDA workers checked on the CPU and the reverse, on the small model.
+step validate-cross-device 240 "$BIN" bench validate --model "$WORK/small" \
+  examples/quickstart.toml --set rl.max_tokens=128 --device cuda --devices cpu,cuda \
+  --only "b8 t1" --completions 16
+
+rm -rf "$WORK"
+echo "log: $LOG" >>"$SUMMARY"
+! grep -q "FAILED\|TIMEOUT\|SKIPPED" "$SUMMARY"
