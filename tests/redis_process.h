@@ -1,6 +1,7 @@
 // Debian's redis-server for the tests of what Trellis keeps in Redis (the discovery backend): on a
 // free port, in the foreground, without persistence, answering before the constructor returns, and
-// stopped when the test is done.
+// stopped when the test is done. `extra` adds redis-server options (e.g. {"--requirepass", "..."});
+// `port` restarts one where another ran (0 = a free port).
 #pragma once
 
 #include <arpa/inet.h>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "nginx_process.h"  // free_port
 
@@ -24,13 +26,22 @@ inline constexpr const char* kRedisServer = "/usr/bin/redis-server";
 
 class RedisProcess {
  public:
-  explicit RedisProcess(const std::filesystem::path& dir) : port_(free_port()) {
+  explicit RedisProcess(const std::filesystem::path& dir, std::vector<std::string> extra = {},
+                        int port = 0)
+      : port_(port ? port : free_port()) {
     std::filesystem::create_directories(dir);
+    std::vector<std::string> args = {kRedisServer, "--port",       std::to_string(port_),
+                                     "--bind",     "127.0.0.1",    "--save",
+                                     "",           "--appendonly", "no",
+                                     "--dir",      dir.string(),   "--loglevel",
+                                     "warning"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
-      const std::string port = std::to_string(port_);
-      ::execl(kRedisServer, kRedisServer, "--port", port.c_str(), "--bind", "127.0.0.1", "--save",
-              "", "--appendonly", "no", "--dir", dir.c_str(), "--loglevel", "warning", nullptr);
+      ::execv(kRedisServer, argv.data());
       ::_exit(127);
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -47,6 +58,7 @@ class RedisProcess {
   RedisProcess& operator=(const RedisProcess&) = delete;
 
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
 
  private:
   bool accepts() const {

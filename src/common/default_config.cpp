@@ -137,6 +137,8 @@ trusted_proxies = []    # reverse proxies whose X-Real-IP names the client, e.g.
 backend = "sqlite"      # where published nodes are kept: "sqlite" (<data_dir>/discovery.sqlite) or "redis" (production)
 redis = "127.0.0.1:6379"  # HOST:PORT of redis-server when backend = "redis"
 redis_prefix = "trellis:discovery:"  # prefix of every Redis key the service writes
+redis_user = ""         # the Redis ACL user to log in as; "" = Redis's default user
+redis_password_file = ""  # file (mode 0600) holding Redis's password (requirepass or the user's), sent with AUTH on every connection; TRELLIS_REDIS_PASSWORD wins over it; "" and no variable = no AUTH
 
 [node]                  # `trellis node`: the agent on each machine; it runs the tasks a pool gives it (docs/protocol.md)
 name = "node"           # in logs; its folder is <run dir>/nodes/<name> unless data_dir is set

@@ -45,21 +45,59 @@ return 'published'
 
 using Reply = std::unique_ptr<redisReply, void (*)(void*)>;
 
-// One command on `ctx`, reconnecting first when the connection failed before.
-Reply run(redisContext* ctx, const std::string& where, const std::vector<std::string>& args) {
-  if (ctx->err && redisReconnect(ctx) != REDIS_OK) {
-    fail(where, "Redis connection lost and not back: {}", ctx->errstr);
-  }
+// One command on `ctx` as it is: its reply, or null when the connection failed.
+Reply send(redisContext* ctx, const std::vector<std::string>& args) {
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const auto& a : args) {
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  Reply r(static_cast<redisReply*>(
-              redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data())),
-          freeReplyObject);
+  return Reply(static_cast<redisReply*>(
+                   redisCommandArgv(ctx, static_cast<int>(argv.size()), argv.data(), lens.data())),
+               freeReplyObject);
+}
+
+bool starts_with(const redisReply* r, std::string_view prefix) {
+  return std::string_view(r->str, r->len).substr(0, prefix.size()) == prefix;
+}
+
+// AUTH on a fresh connection, when there is a password.
+void log_in(redisContext* ctx, const std::string& where, const RedisLogin& login) {
+  if (login.password.empty()) return;
+  std::vector<std::string> args = {"AUTH"};
+  if (!login.user.empty()) args.push_back(login.user);
+  args.push_back(login.password);
+  const Reply r = send(ctx, args);
   if (!r) fail(where, "Redis: {}", ctx->errstr);
+  if (r->type != REDIS_REPLY_ERROR) return;
+  if (starts_with(r.get(), "ERR AUTH") || starts_with(r.get(), "ERR Client sent AUTH")) {
+    fail(where,
+         "Redis takes no password, but one was given ({}): unset it there, or set one in "
+         "Redis (requirepass)",
+         login.source);
+  }
+  fail(where, "Redis refused the login {}with the password from {}: {}",
+       login.user.empty() ? "" : "of user '" + login.user + "' ", login.source,
+       std::string(r->str, r->len));
+}
+
+// One command on `ctx`, reconnecting (and logging in again) first when the connection failed
+// before.
+Reply run(redisContext* ctx, const std::string& where, const RedisLogin& login,
+          const std::vector<std::string>& args) {
+  if (ctx->err) {
+    if (redisReconnect(ctx) != REDIS_OK)
+      fail(where, "Redis connection lost and not back: {}", ctx->errstr);
+    log_in(ctx, where, login);
+  }
+  Reply r = send(ctx, args);
+  if (!r) fail(where, "Redis: {}", ctx->errstr);
+  if (r->type == REDIS_REPLY_ERROR && starts_with(r.get(), "NOAUTH")) {
+    fail(where,
+         "Redis asks for a password: put it in a file of mode 0600 named by "
+         "discovery.redis_password_file, or in the environment variable TRELLIS_REDIS_PASSWORD");
+  }
   if (r->type == REDIS_REPLY_ERROR) fail(where, "Redis: {}", std::string(r->str, r->len));
   return r;
 }
@@ -71,8 +109,8 @@ std::string text_of(const redisReply* r) {
 }  // namespace
 
 RedisStore::RedisStore(const std::string& address, const std::string& prefix,
-                       const std::string& name, StoreLimits limits)
-    : address_(address), prefix_(prefix), limits_(limits) {
+                       const std::string& name, StoreLimits limits, RedisLogin login)
+    : address_(address), prefix_(prefix), limits_(limits), login_(std::move(login)) {
   const HostPort server = parse_host_port(address, "discovery.redis");
   const timeval timeout{5, 0};
   ctx_ = redisConnectWithTimeout(server.host.c_str(), server.port, timeout);
@@ -86,8 +124,9 @@ RedisStore::RedisStore(const std::string& address, const std::string& prefix,
   redisSetTimeout(ctx_, timeout);
   try {  // the id is set once, by whichever server comes first
     const std::string where = "Redis at " + address_;
-    run(ctx_, where, {"SET", prefix_ + "id", name + "-" + random_hex(8), "NX"});
-    const Reply id = run(ctx_, where, {"GET", prefix_ + "id"});
+    log_in(ctx_, where, login_);
+    run(ctx_, where, login_, {"SET", prefix_ + "id", name + "-" + random_hex(8), "NX"});
+    const Reply id = run(ctx_, where, login_, {"GET", prefix_ + "id"});
     if (id->type != REDIS_REPLY_STRING) fail(where, "no id under {}id", prefix_);
     id_.assign(id->str, id->len);
   } catch (...) {
@@ -102,7 +141,7 @@ Published RedisStore::publish(const NodeMetadata& m, const std::string& ip, int6
                               double now) {
   std::lock_guard lock(mu_);
   const Reply r = run(
-      ctx_, "Redis at " + address_,
+      ctx_, "Redis at " + address_, login_,
       {"EVAL", kPublishScript, "0", prefix_, m.address, to_json(m).dump(), ip,
        std::to_string(signed_at), fmt::format("{:.6f}", now), fmt::format("{:.6f}", limits_.ttl_s),
        std::to_string(limits_.max_nodes_per_ip), std::to_string(limits_.max_nodes)});
@@ -120,13 +159,13 @@ std::vector<DiscoveredNode> RedisStore::nodes(double now) {
   std::lock_guard lock(mu_);
   const std::string where = "Redis at " + address_;
   const Reply live =
-      run(ctx_, where,
+      run(ctx_, where, login_,
           {"ZRANGEBYSCORE", prefix_ + "live", fmt::format("{:.6f}", now - limits_.ttl_s), "+inf"});
   std::vector<DiscoveredNode> out;
   for (size_t i = 0; i < live->elements; ++i) {
     const std::string address = text_of(live->element[i]);
     const Reply h =
-        run(ctx_, where,
+        run(ctx_, where, login_,
             {"HMGET", prefix_ + "node:" + address, "metadata", "ip", "first_seen", "last_seen"});
     if (h->type != REDIS_REPLY_ARRAY || h->elements != 4 || text_of(h->element[0]).empty()) {
       continue;  // expired between the two reads
@@ -148,7 +187,7 @@ std::vector<DiscoveredNode> RedisStore::nodes(double now) {
 int64_t RedisStore::live_count(double now) {
   std::lock_guard lock(mu_);
   const Reply r =
-      run(ctx_, "Redis at " + address_,
+      run(ctx_, "Redis at " + address_, login_,
           {"ZCOUNT", prefix_ + "live", fmt::format("{:.6f}", now - limits_.ttl_s), "+inf"});
   return r->integer;
 }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "common/hashing.h"
 #include "common/http_limits.h"
 #include "common/http_service.h"
+#include "common/identity.h"
 #include "common/logging.h"
 #include "common/request_signing.h"
 #include "discovery/redis_store.h"
@@ -21,9 +23,34 @@ namespace trellis::discovery {
 namespace {
 
 constexpr size_t kMaxNonces = 100'000;
+constexpr const char* kRedisPasswordEnv = "TRELLIS_REDIS_PASSWORD";
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// discovery.redis_user, and the password from the environment or discovery.redis_password_file.
+RedisLogin redis_login(const Config& config) {
+  RedisLogin login;
+  login.user = config.get<std::string>("discovery.redis_user");
+  const std::string file = config.get<std::string>("discovery.redis_password_file");
+  if (const char* v = std::getenv(kRedisPasswordEnv); v && *v) {
+    login.password = v;
+    login.source = kRedisPasswordEnv;
+  } else if (!file.empty()) {
+    login.password = load_or_create_secret(file, [&]() -> std::string {
+      fail("discovery.redis_password_file",
+           "{} does not exist: write Redis's password into it (mode 0600), or set {}", file,
+           kRedisPasswordEnv);
+    });
+    login.source = file;
+    if (login.password.empty()) fail("discovery.redis_password_file", "{} is empty", file);
+  }
+  if (!login.user.empty() && login.password.empty()) {
+    fail("discovery.redis_user", "'{}' needs a password: discovery.redis_password_file or {}",
+         login.user.substr(0, 100), kRedisPasswordEnv);
+  }
+  return login;
 }
 
 }  // namespace
@@ -56,13 +83,14 @@ ServerOptions server_options(const Config& config, const std::filesystem::path& 
   }
   o.redis = config.get<std::string>("discovery.redis");
   o.redis_prefix = config.get<std::string>("discovery.redis_prefix");
+  if (o.backend == "redis") o.redis_login = redis_login(config);
   o.trusted_proxies = trusted_proxies_setting(config, "discovery.trusted_proxies");
   return o;
 }
 
 std::unique_ptr<Store> open_store(const ServerOptions& o) {
   if (o.backend == "redis") {
-    return std::make_unique<RedisStore>(o.redis, o.redis_prefix, o.name, o.limits);
+    return std::make_unique<RedisStore>(o.redis, o.redis_prefix, o.name, o.limits, o.redis_login);
   }
   return std::make_unique<SqliteStore>(o.data_dir / "discovery.sqlite", o.name, o.limits);
 }
@@ -88,13 +116,27 @@ struct Server::Impl {
     return guarded_handler("discovery", std::move(fn));
   }
 
+  // A call of the store. Its failure (Redis gone or refusing, a disk error) is the service's, not
+  // the client's: logged in full for the operator, answered 503 without the details (the store's
+  // address is nobody else's business).
+  template <class F>
+  auto stored(const char* what, F&& f) {
+    try {
+      return f();
+    } catch (const Error& e) {
+      log::error("discovery: the store failed ({}): {}", what, e.what());
+      refuse(503, "store_unavailable", "the discovery store is unavailable; try again later");
+    }
+  }
+
   void routes() {
     svr.new_task_queue = [] { return new httplib::ThreadPool(8); };
     refuse_unbounded_bodies(svr, static_cast<size_t>(opt.max_request_bytes));
     svr.Get("/healthz",
             guarded([](const auto&, auto& res) { res.set_content("ok", "text/plain"); }));
     svr.Get("/status", guarded([this](const auto&, auto& res) {
-              reply_json(res, {{"id", store.id()}, {"nodes", store.live_count(now_s())}});
+              const int64_t live = stored("status", [&] { return store.live_count(now_s()); });
+              reply_json(res, {{"id", store.id()}, {"nodes", live}});
             }));
     svr.Put(R"(/nodes/([^/]+))",
             guarded([this](const auto& req, auto& res) { publish(req, res); }));
@@ -118,7 +160,8 @@ struct Server::Impl {
     }
     const NodeMetadata m = parse_node_metadata(parse_json(req.body, where), address, where);
     const std::string ip = client_ip(req, opt.trusted_proxies);
-    switch (store.publish(m, ip, std::stoll(h.timestamp), now_s())) {
+    switch (
+        stored("publish", [&] { return store.publish(m, ip, std::stoll(h.timestamp), now_s()); })) {
       case Published::kPublished:
         break;
       case Published::kReplayed:
@@ -149,7 +192,7 @@ struct Server::Impl {
                          where, h.signer));
     }
     Json nodes = Json::array();
-    for (const DiscoveredNode& n : store.nodes(now_s())) {
+    for (const DiscoveredNode& n : stored("list", [&] { return store.nodes(now_s()); })) {
       Json j = to_json(n.metadata);
       j["ip"] = n.ip;
       j["first_seen"] = n.first_seen;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/config.h"
+#include "discovery/redis_store.h"
 #include "discovery/store.h"
 
 namespace trellis::discovery {
@@ -30,13 +31,16 @@ struct ServerOptions {
   std::string backend = "sqlite";                   // sqlite (<data_dir>/discovery.sqlite) or redis
   std::string redis = "127.0.0.1:6379";             // HOST:PORT when backend = redis
   std::string redis_prefix = "trellis:discovery:";  // of every key it writes
+  RedisLogin redis_login;                           // no password: no AUTH
   int64_t max_request_bytes = 16 << 10;
   int64_t signature_window_s = 60;
   std::vector<std::string> trusted_proxies;
 };
 
 // [discovery] of `config`; data_dir "" = `run_dir`. Error naming the key for a bad value (a
-// reader that is not an address, an empty reader list).
+// reader that is not an address, an empty reader list). The Redis password comes from the
+// environment variable TRELLIS_REDIS_PASSWORD when set, else from discovery.redis_password_file
+// (mode 0600; Error when it is missing or others may read it).
 ServerOptions server_options(const Config& config, const std::filesystem::path& run_dir);
 
 class Server {

@@ -269,5 +269,127 @@ TEST(DiscoveryRedis, AnUnreachableRedisIsNamed) {
   EXPECT_CONTAINS(e, "redis-server running");
 }
 
+// A Redis that asks for a password (requirepass, or an ACL user): without the password, or with a
+// wrong one, the service does not start and says why, never showing the password; with it, it
+// serves, and logs in again when Redis comes back after a restart. A password for a Redis that
+// takes none is an error too.
+TEST(DiscoveryRedis, APasswordProtectedRedisServesOnlyTheLogin) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("trellis_redis_login_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string password = "correct horse battery staple 0123";
+  const std::vector<std::string> protect = {"--requirepass", password, "--user",
+                                            "trellis",       "on",     ">user password 4567",
+                                            "~trellis:*",    "+@all"};
+  auto redis = std::make_unique<test::RedisProcess>(dir / "redis", protect);
+  const Identity orchestrator = Identity::generate(), node = Identity::generate();
+  ServerOptions o;
+  o.port = 0;
+  o.data_dir = dir;
+  o.readers = {orchestrator.address()};
+  o.backend = "redis";
+  o.redis = redis->address();
+
+  std::string e = test::error_of([&] { Server s(o); });
+  EXPECT_CONTAINS(e, "Redis asks for a password");
+  EXPECT_CONTAINS(e, "discovery.redis_password_file");
+  o.redis_login = {"", "not the password", "/etc/trellis/redis.password"};
+  e = test::error_of([&] { Server s(o); });
+  EXPECT_CONTAINS(e, "Redis refused the login with the password from /etc/trellis/redis.password");
+  EXPECT_EQ(e.find("not the password"), std::string::npos) << e;
+  o.redis_login = {"someone", "user password 4567", "TRELLIS_REDIS_PASSWORD"};
+  e = test::error_of([&] { Server s(o); });
+  EXPECT_CONTAINS(e,
+                  "Redis refused the login of user 'someone' with the password from "
+                  "TRELLIS_REDIS_PASSWORD");
+
+  for (const RedisLogin& login : {RedisLogin{"", password, "TRELLIS_REDIS_PASSWORD"},
+                                  RedisLogin{"trellis", "user password 4567", "a file"}}) {
+    o.redis_login = login;
+    Server server(o);
+    server.start();
+    Client client(server.url());
+    client.publish(node, metadata(node));
+    EXPECT_EQ(client.nodes(orchestrator).size(), 1u) << login.user;
+  }
+
+  // Redis restarts on the same port, empty: the first call finds the connection gone, the next
+  // reconnects and logs in again (without that, Redis answers NOAUTH).
+  Server server(o);
+  server.start();
+  Client client(server.url());
+  const int port = redis->port();
+  redis.reset();
+  redis = std::make_unique<test::RedisProcess>(dir / "redis", protect, port);
+  // The lost connection is the service's failure: 503, logged, nothing of the store's address
+  // or its error told to the client.
+  const std::string lost = test::error_of([&] { client.nodes(orchestrator); });
+  EXPECT_CONTAINS(lost, "HTTP 503: the discovery store is unavailable");
+  EXPECT_EQ(lost.find(redis->address()), std::string::npos) << lost;
+  const Identity other = Identity::generate();
+  client.publish(other, metadata(other));
+  const auto nodes = client.nodes(orchestrator);
+  ASSERT_EQ(nodes.size(), 1u) << "the first call after the restart: " << lost;
+  EXPECT_EQ(nodes[0].metadata.address, other.address());
+
+  // A password for a Redis that takes none.
+  test::RedisProcess open(dir / "open");
+  o.redis = open.address();
+  o.redis_login = {"", password, "TRELLIS_REDIS_PASSWORD"};
+  e = test::error_of([&] { Server s(o); });
+  EXPECT_CONTAINS(e, "Redis takes no password, but one was given (TRELLIS_REDIS_PASSWORD)");
+  fs::remove_all(dir);
+}
+
+// discovery.redis_user and the password: TRELLIS_REDIS_PASSWORD wins over
+// discovery.redis_password_file, which must be private to its owner; a user needs a password; a
+// SQLite service reads neither.
+TEST(DiscoveryRedis, ThePasswordComesFromTheEnvironmentOrAPrivateFile) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("trellis_redis_secret_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path file = dir / "redis.password";
+  const auto config = [&](const std::string& backend, const std::string& user) {
+    return Config::resolve({}, {"discovery.backend=\"" + backend + "\"",
+                                "discovery.readers=[\"" + Identity::generate().address() + "\"]",
+                                "discovery.redis_user=\"" + user + "\"",
+                                "discovery.redis_password_file=\"" + file.string() + "\""});
+  };
+  ::unsetenv("TRELLIS_REDIS_PASSWORD");
+  std::string e = test::error_of([&] { server_options(config("redis", ""), dir); });
+  EXPECT_CONTAINS(e, "does not exist: write Redis's password into it");
+  EXPECT_FALSE(fs::exists(file)) << "a missing password file is never created";
+  EXPECT_EQ(server_options(config("sqlite", ""), dir).redis_login.password, "");
+
+  write_file_atomic(file, "from the file\n");
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  e = test::error_of([&] { server_options(config("redis", ""), dir); });
+  EXPECT_CONTAINS(e, "accessible to other users");
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+  auto login = server_options(config("redis", "trellis"), dir).redis_login;
+  EXPECT_EQ(login.user, "trellis");
+  EXPECT_EQ(login.password, "from the file");
+  EXPECT_EQ(login.source, file.string());
+
+  ::setenv("TRELLIS_REDIS_PASSWORD", "from the environment", 1);
+  login = server_options(config("redis", ""), dir).redis_login;
+  ::unsetenv("TRELLIS_REDIS_PASSWORD");
+  EXPECT_EQ(login.password, "from the environment");
+  EXPECT_EQ(login.source, "TRELLIS_REDIS_PASSWORD");
+
+  fs::remove(file);
+  e = test::error_of([&] {
+    server_options(
+        Config::resolve({}, {"discovery.backend=\"redis\"",
+                             "discovery.readers=[\"" + Identity::generate().address() + "\"]",
+                             "discovery.redis_user=\"trellis\""}),
+        dir);
+  });
+  EXPECT_CONTAINS(e, "discovery.redis_user");
+  EXPECT_CONTAINS(e, "needs a password");
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace trellis::discovery
