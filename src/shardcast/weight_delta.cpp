@@ -188,12 +188,14 @@ std::vector<Block> read_footer(std::string_view delta, int64_t target_size,
   size_t payload = m;
   for (size_t i = 0; i < footer.at("blocks").size(); ++i) {
     const std::string at = fmt::format("{}: blocks[{}]", where, i);
+    // Each element checked before conversion: nlohmann's is undefined for a float out of range.
+    const Json& entry = footer.at("blocks")[i];
+    if (!entry.is_array() || entry.size() != 6) fail(at, "a block is a list of 6 integers");
     std::vector<int64_t> f;
-    try {
-      f = footer.at("blocks")[i].get<std::vector<int64_t>>();
-    } catch (const std::exception&) {
+    for (const Json& x : entry) {
+      if (!json_fits_integer<int64_t>(x)) fail(at, "a block is a list of 6 integers");
+      f.push_back(x.get<int64_t>());
     }
-    if (f.size() != 6) fail(at, "a block is a list of 6 integers");
     const Block b{f[0], f[1], f[2], f[3], f[4], f[5]};
     if (b.width != 1 && b.width != 2 && b.width != 4 && b.width != 8)
       fail(at, "element size {} is not 1, 2, 4 or 8", b.width);

@@ -4,12 +4,14 @@
 #include "shardcast/weight_delta.h"
 
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include <gtest/gtest.h>
 
 #include "common/files.h"
 #include "common/hashing.h"
+#include "common/json.h"
 #include "error_of.h"
 #include "fake_weights.h"
 #include "shardcast_test_util.h"
@@ -177,6 +179,35 @@ TEST(WeightDelta, ACorruptDeltaIsAnErrorNeverACrashOrWrongWeights) {
     }
   }
   EXPECT_GT(errors, 250);
+}
+
+// A footer whose block lists hold numbers that are not 64-bit integers (a fraction, a float far
+// out of range, which nlohmann's conversion turns into undefined behaviour; found by the fuzzer):
+// refused by name before any is used.
+TEST(WeightDelta, AFooterOfNonIntegersIsRefusedByName) {
+  TempDir tmp;
+  const auto [v1_path, v2_path, delta, hashes] = two_versions(tmp.path(), 3, 0.05);
+  const std::string good = read_file(delta);
+  uint64_t footer_size = 0;
+  std::memcpy(&footer_size, good.data() + good.size() - 16, 8);
+  const size_t footer_at = good.size() - 16 - footer_size;
+  const Json footer = parse_json(good.substr(footer_at, footer_size), "test");
+  for (const Json& number : {Json(2.5), Json(1e41), Json(-1e300)}) {
+    Json changed = footer;
+    changed["blocks"][0][1] = number;
+    const std::string text = changed.dump();
+    const uint64_t size = text.size();
+    std::string bad = good.substr(0, footer_at) + text;
+    bad.append(reinterpret_cast<const char*>(&size), 8);
+    bad += good.substr(good.size() - 8);
+    write_file_atomic(tmp.path() / "bad", bad);
+    const std::string error = error_of([&] {
+      apply_delta(FileWeights(v1_path), tmp.path() / "bad", hashes, tmp.path() / "out", "test");
+    });
+    EXPECT_NE(error.find("a block is a list of 6 integers (test: blocks[0])"), std::string::npos)
+        << number.dump() << ": " << error;
+    EXPECT_FALSE(fs::exists(tmp.path() / "out"));
+  }
 }
 
 // Into a version's shard files (a relay): the shards are the file cut every shard_size bytes,
