@@ -41,15 +41,15 @@ sources_of() {
     rollout_reader)
       (cd "$ROOT/src" && ls rollout/parquet/*.cpp)
       echo rollout/rollout_file.cpp rollout/rollout_record.cpp common/files.cpp \
-        common/hashing.cpp common/identity.cpp ;;
+        common/hashing.cpp common/sha256_ni.cpp common/identity.cpp ;;
     safetensors) echo model/safetensors.cpp common/json.cpp common/files.cpp ;;
     tokenizer) echo model/tokenizer.cpp common/json.cpp common/files.cpp ;;
     manifest)
       echo shardcast/manifest.cpp common/json.cpp common/files.cpp common/identity.cpp \
-        common/hashing.cpp ;;
+        common/hashing.cpp common/sha256_ni.cpp ;;
     delta)
       echo shardcast/weight_delta.cpp shardcast/manifest.cpp common/json.cpp common/files.cpp \
-        common/identity.cpp common/hashing.cpp ;;
+        common/identity.cpp common/hashing.cpp common/sha256_ni.cpp ;;
     proof) echo toploc/proof.cpp toploc/polynomial.cpp toploc/topk.cpp toploc/verify.cpp ;;
     config) echo common/config.cpp common/default_config.cpp common/files.cpp ;;
     json) echo common/json.cpp common/files.cpp ;;

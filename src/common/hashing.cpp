@@ -2,14 +2,33 @@
 
 #include <sodium.h>
 
+#include <new>
+
 #include "common/error.h"
+#include "common/sha256_ni.h"
 
 namespace trellis {
+namespace {
+
+// The SHA extensions where the CPU has them, libsodium's portable code elsewhere: one choice per
+// process, so that a stream's state always belongs to the engine that reads it.
+const bool kShaNi = sha_ni_supported();
+
+const unsigned char* bytes_of(std::string_view s) {
+  return reinterpret_cast<const unsigned char*>(s.data());
+}
+
+}  // namespace
 
 Sha256 sha256(std::string_view bytes) {
   Sha256 out;
-  crypto_hash_sha256(out.data(), reinterpret_cast<const unsigned char*>(bytes.data()),
-                     bytes.size());
+  if (kShaNi) {
+    Sha256NiState state;
+    state.update(bytes_of(bytes), bytes.size());
+    state.finish(out.data());
+  } else {
+    crypto_hash_sha256(out.data(), bytes_of(bytes), bytes.size());
+  }
   return out;
 }
 
@@ -30,20 +49,32 @@ std::string hmac_sha256_hex(std::string_view key, std::string_view message) {
   return to_hex({reinterpret_cast<const char*>(out), sizeof out});
 }
 
-static_assert(sizeof(crypto_hash_sha256_state) <= 128);
+static_assert(sizeof(crypto_hash_sha256_state) <= 128 && sizeof(Sha256NiState) <= 128);
 
 Sha256Stream::Sha256Stream() {
-  crypto_hash_sha256_init(reinterpret_cast<crypto_hash_sha256_state*>(state_));
+  if (kShaNi) {
+    new (state_) Sha256NiState();
+  } else {
+    crypto_hash_sha256_init(reinterpret_cast<crypto_hash_sha256_state*>(state_));
+  }
 }
 
 void Sha256Stream::update(std::string_view bytes) {
-  crypto_hash_sha256_update(reinterpret_cast<crypto_hash_sha256_state*>(state_),
-                            reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  if (kShaNi) {
+    std::launder(reinterpret_cast<Sha256NiState*>(state_))->update(bytes_of(bytes), bytes.size());
+  } else {
+    crypto_hash_sha256_update(reinterpret_cast<crypto_hash_sha256_state*>(state_), bytes_of(bytes),
+                              bytes.size());
+  }
 }
 
 std::string Sha256Stream::hex() {
   Sha256 out;
-  crypto_hash_sha256_final(reinterpret_cast<crypto_hash_sha256_state*>(state_), out.data());
+  if (kShaNi) {
+    std::launder(reinterpret_cast<Sha256NiState*>(state_))->finish(out.data());
+  } else {
+    crypto_hash_sha256_final(reinterpret_cast<crypto_hash_sha256_state*>(state_), out.data());
+  }
   return to_hex({reinterpret_cast<const char*>(out.data()), out.size()});
 }
 

@@ -1,5 +1,6 @@
-// SHA-256 (libsodium): file hashes for submissions and checkpoint manifests, seeds for fixed data
-// sampling, HMACs for the orchestrator's signed upload URLs; random secrets and their comparison.
+// SHA-256 (the CPU's SHA extensions where it has them, else libsodium: common/sha256_ni.h): file
+// hashes for submissions and checkpoint manifests, seeds for fixed data sampling, HMACs for the
+// orchestrator's signed upload URLs; random secrets and their comparison.
 #pragma once
 
 #include <array>
@@ -25,7 +26,8 @@ class Sha256Stream {
   std::string hex();  // finishes the hash: call once
 
  private:
-  alignas(16) unsigned char state_[128];  // crypto_hash_sha256_state (104 bytes in libsodium)
+  // A Sha256NiState or a crypto_hash_sha256_state (104 bytes each), as the process chose.
+  alignas(16) unsigned char state_[128];
 };
 
 std::string to_hex(std::string_view bytes);

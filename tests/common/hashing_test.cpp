@@ -1,8 +1,15 @@
-// Hashing: SHA-256 against FIPS 180-2 vectors, HMAC-SHA-256 against RFC 4231 (including a key
-// longer than the block size), and the hex round trip with its errors.
+// Hashing: SHA-256 against FIPS 180-2 vectors, the SHA extensions' engine against libsodium's
+// (every tail and block boundary), HMAC-SHA-256 against RFC 4231 (including a key longer than the
+// block size), and the hex round trip with its errors.
 #include <gtest/gtest.h>
+#include <sodium.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
 
 #include "common/hashing.h"
+#include "common/sha256_ni.h"
 #include "error_of.h"
 
 namespace trellis {
@@ -18,6 +25,43 @@ TEST(Hashing, Sha256MatchesTheStandardVectors) {
   // The raw digest is the hex one's bytes.
   const Sha256 raw = sha256("abc");
   EXPECT_EQ(to_hex({reinterpret_cast<const char*>(raw.data()), raw.size()}), sha256_hex("abc"));
+}
+
+// The engine on the SHA extensions against libsodium's portable SHA-256, an independent
+// implementation: every length from 0 to 300 bytes and some long ones, in one piece and in uneven
+// pieces, so that every tail, padding case and block boundary is crossed; the process's hashes
+// (sha256, Sha256Stream) give the same.
+TEST(Hashing, TheShaExtensionsMatchLibsodium) {
+  if (!sha_ni_supported()) GTEST_SKIP() << "this CPU has no SHA extensions";
+  std::mt19937_64 rng(7);
+  std::string data(70001, '\0');
+  for (auto& c : data) c = static_cast<char>(rng());
+  std::vector<size_t> lengths;
+  for (size_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  for (size_t n : {4095, 4096, 4097, 65536, 70001}) lengths.push_back(n);
+  const auto bytes = reinterpret_cast<const uint8_t*>(data.data());
+  for (size_t n : lengths) {
+    uint8_t want[32], whole[32], pieces[32];
+    crypto_hash_sha256(want, bytes, n);
+    Sha256NiState one;
+    one.update(bytes, n);
+    one.finish(whole);
+    EXPECT_EQ(std::memcmp(whole, want, 32), 0) << n << " bytes in one piece";
+    Sha256NiState fed;
+    Sha256Stream stream;
+    const size_t steps[] = {1, 7, 63, 64, 65, 130, 0};
+    for (size_t at = 0, k = 0; at < n; ++k) {
+      const size_t take = std::min(steps[k % 7], n - at);
+      fed.update(bytes + at, take);
+      stream.update({data.data() + at, take});
+      at += take;
+    }
+    fed.finish(pieces);
+    EXPECT_EQ(std::memcmp(pieces, want, 32), 0) << n << " bytes in pieces";
+    const std::string hex = to_hex({reinterpret_cast<const char*>(want), 32});
+    EXPECT_EQ(stream.hex(), hex) << n;
+    EXPECT_EQ(sha256_hex({data.data(), n}), hex) << n;
+  }
 }
 
 TEST(Hashing, HmacSha256MatchesRfc4231) {
