@@ -2,13 +2,13 @@
 
 #include <httplib.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hashing.h"
@@ -24,10 +24,6 @@ namespace {
 
 constexpr size_t kMaxNonces = 100'000;
 constexpr const char* kRedisPasswordEnv = "TRELLIS_REDIS_PASSWORD";
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // discovery.redis_user, and the password from the environment or discovery.redis_password_file.
 RedisLogin redis_login(const Config& config) {
@@ -108,7 +104,7 @@ struct Server::Impl {
       : opt(std::move(o)),
         store_owner(open_store(opt)),
         store(*store_owner),
-        nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())) {
+        nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(unix_seconds())) {
     routes();
   }
 
@@ -135,7 +131,8 @@ struct Server::Impl {
     svr.Get("/healthz",
             guarded([](const auto&, auto& res) { res.set_content("ok", "text/plain"); }));
     svr.Get("/status", guarded([this](const auto&, auto& res) {
-              const int64_t live = stored("status", [&] { return store.live_count(now_s()); });
+              const int64_t live =
+                  stored("status", [&] { return store.live_count(unix_seconds()); });
               reply_json(res, {{"id", store.id()}, {"nodes", live}});
             }));
     svr.Put(R"(/nodes/([^/]+))",
@@ -160,8 +157,8 @@ struct Server::Impl {
     }
     const NodeMetadata m = parse_node_metadata(parse_json(req.body, where), address, where);
     const std::string ip = client_ip(req, opt.trusted_proxies);
-    switch (
-        stored("publish", [&] { return store.publish(m, ip, std::stoll(h.timestamp), now_s()); })) {
+    switch (stored("publish",
+                   [&] { return store.publish(m, ip, std::stoll(h.timestamp), unix_seconds()); })) {
       case Published::kPublished:
         break;
       case Published::kReplayed:
@@ -192,7 +189,7 @@ struct Server::Impl {
                          where, h.signer));
     }
     Json nodes = Json::array();
-    for (const DiscoveredNode& n : stored("list", [&] { return store.nodes(now_s()); })) {
+    for (const DiscoveredNode& n : stored("list", [&] { return store.nodes(unix_seconds()); })) {
       Json j = to_json(n.metadata);
       j["ip"] = n.ip;
       j["first_seen"] = n.first_seen;

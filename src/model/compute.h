@@ -17,6 +17,7 @@ struct Compute {
 
   bool bf16() const { return dtype == torch::kBFloat16; }
   std::string describe() const;  // e.g. "cpu/bf16"
+  bool operator==(const Compute&) const = default;
 };
 
 // Resolves --device (cpu|cuda) and --dtype (auto|bf16|fp32). Errors when cuda is asked for but

@@ -1,16 +1,10 @@
 #include "model/flops.h"
 
 #include <algorithm>
-#include <chrono>
+
+#include "common/clock.h"
 
 namespace trellis::model {
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 double measure_matmul_flops(const Compute& compute, int64_t n) {
   torch::NoGradGuard no_grad;
@@ -20,10 +14,10 @@ double measure_matmul_flops(const Compute& compute, int64_t n) {
   double best = 1e30;
   for (int rep = 0; rep < 10; ++rep) {
     synchronize(compute);
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     c = torch::matmul(a, b);
     synchronize(compute);
-    best = std::min(best, now_s() - t0);
+    best = std::min(best, monotonic_seconds() - t0);
   }
   return 2.0 * n * n * n / best;
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hashing.h"
@@ -33,10 +34,6 @@ constexpr int64_t kMaxLogLines = 10'000;
 constexpr double kQuickFailureS = 30;  // a task that fails sooner backs off longer
 constexpr double kMaxBackoffS = 60;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // The `trellis` subcommand of a task's role, and the config keys naming its key and name.
 struct RoleCommand {
   const char* command;
@@ -59,7 +56,7 @@ class Agent {
         key_file_(o.key_file.empty() ? o.data_dir / "node.key" : o.key_file),
         identity_(Identity::load_or_create(key_file_)),
         discovery_(o.discovery_url, 5),
-        nonces_(60, 10'000, static_cast<int64_t>(now_s())) {
+        nonces_(60, 10'000, static_cast<int64_t>(unix_seconds())) {
     fs::create_directories(opt_.data_dir / "logs");
     hardware_ = measure_hardware(opt_.data_dir);
     resume_membership();
@@ -101,14 +98,14 @@ class Agent {
   // --- discovery ---
 
   void publish_when_due() {
-    if (now_s() < next_publish_) return;
+    if (unix_seconds() < next_publish_) return;
     discovery::NodeMetadata m{identity_.address(), endpoint_, hardware_, opt_.software_version};
     try {
       const double ttl = discovery_.publish(identity_, m);
-      next_publish_ = now_s() + std::max(0.05, ttl / 3);
+      next_publish_ = unix_seconds() + std::max(0.05, ttl / 3);
     } catch (const Error& e) {
       warn_every_10s(fmt::format("cannot publish to discovery, retrying: {}", e.what()));
-      next_publish_ = now_s() + 2;
+      next_publish_ = unix_seconds() + 2;
     }
   }
 
@@ -184,7 +181,7 @@ class Agent {
   // --- heartbeats and tasks ---
 
   void beat_when_due() {
-    if (now_s() < next_beat_) return;
+    if (unix_seconds() < next_beat_) return;
     std::string url, state;
     {
       std::lock_guard lock(mu_);
@@ -198,7 +195,7 @@ class Agent {
       beat = pool_client_->heartbeat(identity_, state.substr(0, 64));
     } catch (const Error& e) {  // unreachable (restarting?): the task goes on meanwhile
       warn_every_10s(fmt::format("heartbeat failed, retrying: {}", e.what()));
-      next_beat_ = now_s() + 1;
+      next_beat_ = unix_seconds() + 1;
       return;
     }
     if (!beat.refused.empty()) {
@@ -213,7 +210,7 @@ class Agent {
       state_ = "waiting for an invite";
       return;
     }
-    next_beat_ = now_s() + std::max(0.05, beat.interval_s);
+    next_beat_ = unix_seconds() + std::max(0.05, beat.interval_s);
     if (!beat.task) {
       stop_task("the orchestrator withdrew its task");
       set_state("idle");
@@ -291,7 +288,7 @@ class Agent {
   void supervise() {
     if (!child_) return;
     if (restart_at_ > 0) {
-      if (now_s() >= restart_at_) {
+      if (unix_seconds() >= restart_at_) {
         restart_at_ = 0;
         ++restarts_;
         launch();
@@ -321,7 +318,7 @@ class Agent {
   void schedule_restart(double ran_s) {
     backoff_s_ =
         ran_s < kQuickFailureS ? std::min(kMaxBackoffS, backoff_s_ * 2) : opt_.restart_backoff_s;
-    restart_at_ = now_s() + backoff_s_;
+    restart_at_ = unix_seconds() + backoff_s_;
     set_state(fmt::format("restarting {} task {}", role_, task_id_));
     log::info("node {}: restarting task {} in {:.1f} s", opt_.name, task_id_, backoff_s_);
   }
@@ -372,8 +369,9 @@ class Agent {
     const orchestrator::Invite invite =
         orchestrator::parse_invite(parse_json(req.body, where), where);
     std::lock_guard lock(mu_);
-    const std::string why = orchestrator::invite_problem(
-        invite, identity_.address(), static_cast<int64_t>(now_s()), opt_.pools, used_nonces_);
+    const std::string why = orchestrator::invite_problem(invite, identity_.address(),
+                                                         static_cast<int64_t>(unix_seconds()),
+                                                         opt_.pools, used_nonces_);
     if (!why.empty()) refuse(403, "refused", why);
     // One pool at a time; its own invite is a rejoin (it counts the node as gone).
     if (invite_ || (!orchestrator_url_.empty() && invite.issuer != issuer_)) {
@@ -425,8 +423,8 @@ class Agent {
   }
 
   void warn_every_10s(const std::string& message) {
-    if (now_s() - last_warning_ < 10) return;
-    last_warning_ = now_s();
+    if (unix_seconds() - last_warning_ < 10) return;
+    last_warning_ = unix_seconds();
     log::warn("node {}: {}", opt_.name, message);
   }
 

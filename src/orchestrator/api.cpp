@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <mutex>
@@ -15,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hashing.h"
@@ -39,10 +39,6 @@ constexpr size_t kMaxNonces = 200'000;  // signed requests remembered within the
 }  // namespace
 
 namespace api_detail {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::optional<int64_t> parse_index(std::string_view text) {
   int64_t v = 0;
@@ -162,7 +158,7 @@ Server::Impl::Impl(ApiOptions o)
       store(opt.data_dir),
       validating(opt.data_dir / "validating"),
       rejected(opt.data_dir / "rejected"),
-      nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(now_s())),
+      nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(unix_seconds())),
       sweep(opt.sweep, state),
       audit(opt.data_dir / "orchestrator.sqlite", state.ledger().keeper().address()) {
   recover();
@@ -251,7 +247,7 @@ void Server::Impl::routes() {
     if (upload) {  // only a URL this server signed gets its (large) body read
       const UrlCheck check =
           signer.check("PUT", req.path, req.get_param_value("expires"), req.get_param_value("sig"),
-                       static_cast<int64_t>(now_s()));
+                       static_cast<int64_t>(unix_seconds()));
       if (check != UrlCheck::kOk) {
         const std::string code = check == UrlCheck::kExpired ? "url_expired" : "url_invalid";
         count_refusal(code);

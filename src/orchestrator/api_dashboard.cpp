@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/base64.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/http_service.h"
 #include "common/json.h"
@@ -117,7 +118,7 @@ void Server::Impl::serve_dashboard_file(const httplib::Request& req, httplib::Re
 }
 
 void Server::Impl::dashboard_summary(const httplib::Request& req, httplib::Response& res) {
-  const double now = now_s();
+  const double now = unix_seconds();
   const auto audit_now = audit.current(now);
 
   // Nodes: the registry, what discovery said of them, their newest heartbeat's agent state, and
@@ -245,7 +246,7 @@ void Server::Impl::dashboard_submission(const httplib::Request& req, httplib::Re
   for (const ReasonFinding& f : reason_findings(findings))
     checks.push_back({{"check", f.check}, {"finding", f.message}});
   j["checks"] = checks;
-  const auto verified = audit.current(now_s())->verification.verified;
+  const auto verified = audit.current(unix_seconds())->verification.verified;
   j["ledger"] = audit.naming(s->key.node_address, s->key.step, s->key.submission, verified);
   reply_json(res, j);
 }
@@ -254,7 +255,7 @@ void Server::Impl::dashboard_ledger(const httplib::Request& req, httplib::Respon
   const std::string where = "GET /dashboard/api/ledger";
   const int64_t limit = query_integer(req, "limit", 1, kMaxPage, kDefaultPage, where);
   const int64_t before = query_integer(req, "before_seq", 0, INT32_MAX, INT64_MAX, where);
-  const auto checked = audit.current(now_s());
+  const auto checked = audit.current(unix_seconds());
   Json entries = audit.page(before, limit, checked->verification.verified);
   Json next;
   if (static_cast<int64_t>(entries.size()) == limit && entries.back().at("seq").get<int64_t>() > 1)
@@ -283,7 +284,8 @@ void Server::Impl::relay_report(const httplib::Request& req, httplib::Response& 
     }
     versions.push_back(v.get<int64_t>());
   }
-  Json report = {{"name", name}, {"url", url}, {"versions", versions}, {"reported_at", now_s()}};
+  Json report = {
+      {"name", name}, {"url", url}, {"versions", versions}, {"reported_at", unix_seconds()}};
   for (const char* counter : {"versions_pulled", "shards_pulled", "pull_failures"})
     report[counter] =
         body.contains(counter) ? integer_field(body, counter, 0, INT64_MAX, where) : 0;

@@ -50,8 +50,6 @@ namespace trellis::orchestrator {
 // Helpers more than one route group uses (defined in api.cpp).
 namespace api_detail {
 
-double now_s();
-
 // A non-negative decimal integer without sign (path segments: steps).
 std::optional<int64_t> parse_index(std::string_view text);
 

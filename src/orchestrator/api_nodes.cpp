@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/hashing.h"
 #include "common/http_service.h"
@@ -32,7 +33,7 @@ constexpr size_t kMaxReasonBytes = 1000;  // of an eviction's reason
 
 Json api_detail::node_json(const Node& n, const PoolPolicy& policy) {
   return {{"address", n.address},
-          {"state", node_state(n, now_s(), policy)},
+          {"state", node_state(n, unix_seconds(), policy)},
           {"heartbeat_at", n.heartbeat_at},
           {"ip", n.ip},
           {"registered_at", n.registered_at},
@@ -52,7 +53,8 @@ void Server::Impl::require_member(const std::string& address) {
            fmt::format("node {} is not registered: register with POST /nodes first", address));
   }
   if (n->evicted) refuse(403, "evicted", eviction_message(*n));
-  if (node_state(*n, now_s(), opt.pool) == "dead") refuse(403, "not_registered", dead_message(*n));
+  if (node_state(*n, unix_seconds(), opt.pool) == "dead")
+    refuse(403, "not_registered", dead_message(*n));
   // Admitted when it registered, but a slash may have left its stake short since.
   if (std::string why = state.admission_problem(address); !why.empty()) {
     refuse(403, "not_admitted", why);
@@ -72,7 +74,7 @@ void Server::Impl::register_node(const httplib::Request& req, httplib::Response&
              fmt::format("field 'invite' must be an invite's nonce: 32 hex digits ({})", where));
   }
   const std::string ip = client_ip(req, opt.trusted_proxies);
-  const Registration r = state.register_node(address, ip, timestamp, now_s(), invite);
+  const Registration r = state.register_node(address, ip, timestamp, unix_seconds(), invite);
   if (r.outcome == Registration::kEvicted) refuse(403, "evicted", eviction_message(r.node));
   if (r.outcome == Registration::kNotAdmitted) refuse(403, "not_admitted", r.why);
   if (r.outcome == Registration::kBadInvite) refuse(403, "bad_invite", r.why);
@@ -155,7 +157,7 @@ std::string Server::Impl::dead_message(const Node& n) const {
   return fmt::format(
       "node {} is not registered: no heartbeat for {:.0f} s, it is Dead (more than {} missed "
       "at orchestrator.heartbeat_s = {}); register again with POST /nodes",
-      n.address, now_s() - n.heartbeat_at, opt.pool.dead_after, opt.pool.heartbeat_s);
+      n.address, unix_seconds() - n.heartbeat_at, opt.pool.dead_after, opt.pool.heartbeat_s);
 }
 
 void Server::Impl::heartbeat(const httplib::Request& req, httplib::Response& res) {
@@ -166,7 +168,7 @@ void Server::Impl::heartbeat(const httplib::Request& req, httplib::Response& res
   if (body.contains("state") && string_field(body, "state", where).size() > 64) {
     refuse(400, "malformed_request", fmt::format("field 'state' is over 64 bytes ({})", where));
   }
-  switch (state.heartbeat(address, now_s())) {
+  switch (state.heartbeat(address, unix_seconds())) {
     case State::Beat::kRecorded:
       break;
     case State::Beat::kNotRegistered:
@@ -181,7 +183,7 @@ void Server::Impl::heartbeat(const httplib::Request& req, httplib::Response& res
     std::lock_guard lock(reports_mu);
     agent_states[address] = body.at("state").get<std::string>();
   }
-  const std::optional<Task> task = state.task_for(address, now_s());
+  const std::optional<Task> task = state.task_for(address, unix_seconds());
   reply_json(res, {{"state", "healthy"},
                    {"interval_s", opt.pool.heartbeat_s},
                    {"task", task ? task_json(*task) : Json()}});
@@ -191,7 +193,7 @@ void Server::Impl::list_nodes(const httplib::Request& req, httplib::Response& re
   Json nodes = Json::array();
   for (const Node& n : state.nodes()) nodes.push_back(node_json(n, opt.pool));
   // Nodes found in discovery and sent an invite they have not used yet.
-  reply_json(res, {{"nodes", nodes}, {"invited", state.invited(now_s())}});
+  reply_json(res, {{"nodes", nodes}, {"invited", state.invited(unix_seconds())}});
 }
 
 void Server::Impl::evict(const httplib::Request& req, httplib::Response& res) {
@@ -210,7 +212,7 @@ void Server::Impl::evict(const httplib::Request& req, httplib::Response& res) {
   Eviction e;
   {
     std::lock_guard lock(decide_mu);  // no upload of the node is accepted after this answer
-    e = state.evict(address, reason, now_s());
+    e = state.evict(address, reason, unix_seconds());
     drop_files(e.rejected);
   }
   log_eviction(e);
@@ -237,7 +239,7 @@ void Server::Impl::drop_files(const std::vector<SubmissionKey>& keys) {
 }
 
 void Server::Impl::allowlist(const httplib::Request& req, httplib::Response& res) {
-  const Allowlist a = state.allowlist(now_s());
+  const Allowlist a = state.allowlist(unix_seconds());
   reply_json(res, {{"revision", a.revision}, {"ips", a.ips}});
 }
 

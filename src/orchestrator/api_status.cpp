@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/clock.h"
 #include "common/http_service.h"
 #include "common/json.h"
 #include "orchestrator/step_counter.h"
@@ -30,7 +31,7 @@ int64_t Server::Impl::step_counter_now() {
 }
 
 double Server::Impl::tokens_per_s() {
-  return static_cast<double>(state.completion_tokens_since(now_s() - kTokensWindowS)) /
+  return static_cast<double>(state.completion_tokens_since(unix_seconds() - kTokensWindowS)) /
          kTokensWindowS;
 }
 
@@ -66,7 +67,7 @@ Json Server::Impl::status() {
 }
 
 bool Server::Impl::validators_behind(int64_t validating_samples) const {
-  return now_s() - backlog_full_at < kBehindWindowS && validating_samples >= opt.batch_size;
+  return unix_seconds() - backlog_full_at < kBehindWindowS && validating_samples >= opt.batch_size;
 }
 
 int64_t Server::Impl::generated_samples(const std::map<std::string, int64_t>& by_status) {
@@ -80,7 +81,8 @@ int64_t Server::Impl::max_backlog_samples() const {
 }
 
 double Server::Impl::judged_per_s() {
-  return static_cast<double>(state.samples_judged_since(now_s() - kTokensWindowS)) / kTokensWindowS;
+  return static_cast<double>(state.samples_judged_since(unix_seconds() - kTokensWindowS)) /
+         kTokensWindowS;
 }
 
 std::string Server::Impl::metrics() {
@@ -131,7 +133,7 @@ std::string Server::Impl::metrics() {
       nodes.registered, nodes.evicted);
   gauge("trellis_orchestrator_allowlist_revision",
         "revision of the IP allowlist relays poll (GET /allowlist)",
-        std::to_string(state.allowlist(now_s()).revision));
+        std::to_string(state.allowlist(unix_seconds()).revision));
   out +=
       "# HELP trellis_orchestrator_uploads_refused_total refused requests and rejected uploads "
       "since start, by reason\n"

@@ -13,6 +13,7 @@
 #include <string>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/hashing.h"
 #include "common/http_limits.h"
@@ -67,7 +68,7 @@ void Server::Impl::work(const httplib::Request& req, httplib::Response& res) {
   require_signed_by(req, node, sha256_hex(req.body), where);
   require_member(node);
   std::lock_guard lock(admit_mu);
-  const double now = now_s();
+  const double now = unix_seconds();
   // Asking again returns the open work as it is: no request extends a lease, so a node that
   // never delivers holds its share for one lease at most.
   std::optional<Submission> given = state.open_assignment(node, now);
@@ -125,7 +126,7 @@ void Server::Impl::submissions(const httplib::Request& req, httplib::Response& r
   }
   // Work is handed out by POST /work within the step's quota and the version window, and a
   // step that fills drops its open work: what is still open here may be uploaded.
-  const double now = now_s();
+  const double now = unix_seconds();
   const std::string open = state.request(key, sha, size, opt.group_size, now);
   if (open.empty()) {
     refuse(409, "not_assigned",
@@ -136,7 +137,7 @@ void Server::Impl::submissions(const httplib::Request& req, httplib::Response& r
     refuse(409, "in_validation", fmt::format("{} is being validated", what));
   }
   if (open != "pending") refuse_closed(*state.latest(key));  // rejected or dropped
-  const int64_t expires = static_cast<int64_t>(now_s()) + opt.url_ttl_s;
+  const int64_t expires = static_cast<int64_t>(unix_seconds()) + opt.url_ttl_s;
   const std::string path =
       fmt::format("/upload/step_{}/{}", key.step,
                   rollout::stored_file_name(key.node_address, key.submission, where));
@@ -153,7 +154,7 @@ void Server::Impl::reject(const SubmissionKey& key, const std::string& kind,
                           const std::string& reason) {
   {
     std::lock_guard lock(decide_mu);
-    state.reject(key, reason, now_s());
+    state.reject(key, reason, unix_seconds());
   }
   log::warn("orchestrator: rejected step {} submission {} of node {}: {}", key.step, key.submission,
             key.node_address, reason);
@@ -292,7 +293,7 @@ void Server::Impl::upload(const httplib::Request& req, const std::string& bytes,
     } else {
       store.write(key.step, name, bytes);
     }
-    const double now = now_s();
+    const double now = unix_seconds();
     // The file's hash is re-checked against the declaration in the commit itself.
     if (!(waiting ? state.start_validation(key, sha, counts, now)
                   : state.accept(key, sha, counts, now))) {
@@ -340,6 +341,7 @@ void Server::Impl::accepted(const httplib::Request& req, httplib::Response& res)
                      {"node_address", s.key.node_address},
                      {"submission", s.key.submission},
                      {"sha256", s.sha256},
+                     {"size", s.size},
                      {"samples", s.counts.samples},
                      {"signal_samples", s.counts.signal_samples}});
     signal += s.counts.signal_samples;

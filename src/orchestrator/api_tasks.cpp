@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/http_service.h"
@@ -48,7 +49,7 @@ void Server::Impl::create_task(const httplib::Request& req, httplib::Response& r
   }
   std::string node;
   if (body.contains("node")) node = address_field(body, "node", where);
-  const int64_t id = state.create_task(role, config, node, now_s());
+  const int64_t id = state.create_task(role, config, node, unix_seconds());
   log::info("orchestrator: task {} ({}) created{}", id, role,
             node.empty() ? "" : " for node " + node);
   reply_json(res, {{"id", id}});

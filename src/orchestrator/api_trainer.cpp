@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/clock.h"
 #include "common/http_service.h"
 #include "common/json.h"
 #include "common/logging.h"
@@ -53,7 +54,7 @@ void Server::Impl::trainer_metrics(const httplib::Request& req, httplib::Respons
                          name.substr(0, kMaxMetricName), kMaxMetricName, where));
     }
   }
-  state.record_step_metrics(step, body.at("metrics").dump(), now_s());
+  state.record_step_metrics(step, body.at("metrics").dump(), unix_seconds());
   reply_json(res, {{"step", step}});
 }
 

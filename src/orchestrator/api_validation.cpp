@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/http_service.h"
 #include "common/identity.h"
@@ -62,10 +63,10 @@ std::string validator_field(const Json& body, const std::string& where) {
 void Server::Impl::claim(const httplib::Request& req, httplib::Response& res) {
   const std::string where = "POST /validation/claim";
   const std::string validator = validator_field(parse_body(req, where), where);
-  auto s = state.claim(validator, static_cast<double>(opt.validation_lease_s), now_s());
+  auto s = state.claim(validator, static_cast<double>(opt.validation_lease_s), unix_seconds());
   while (s && std::count(s->claimed_by.begin(), s->claimed_by.end(), ',') >= kMaxClaims) {
     reject_stalled(*s);  // the file stopped every validator that claimed it
-    s = state.claim(validator, static_cast<double>(opt.validation_lease_s), now_s());
+    s = state.claim(validator, static_cast<double>(opt.validation_lease_s), unix_seconds());
   }
   Json submission = nullptr;
   if (s) {
@@ -188,7 +189,7 @@ std::string Server::Impl::accept_verdict(const Submission& row, const std::strin
   const SubmissionKey& key = row.key;
   if (const auto n = state.node(key.node_address); n && n->evicted) {
     // Evictions reject validating submissions as they happen; this is the belt to that brace.
-    const Eviction e = state.evict(key.node_address, n->evicted_reason, now_s());
+    const Eviction e = state.evict(key.node_address, n->evicted_reason, unix_seconds());
     drop_files(e.rejected);
     log_eviction(e);
     return "rejected";
@@ -202,7 +203,7 @@ std::string Server::Impl::accept_verdict(const Submission& row, const std::strin
   }
   bool accepted = false;
   try {
-    accepted = state.accept_validated(key, validator, now_s(), statement);
+    accepted = state.accept_validated(key, validator, unix_seconds(), statement);
   } catch (...) {
     validating.move_from(store.path(key.step, name), key.step, name);
     throw;
@@ -220,7 +221,7 @@ std::string Server::Impl::accept_verdict(const Submission& row, const std::strin
 
 void Server::Impl::close_full_steps() {
   std::map<int64_t, std::pair<int64_t, int64_t>> by_step;  // validating, still in flight
-  for (const Submission& s : state.close_full_steps(opt.batch_size, now_s())) {
+  for (const Submission& s : state.close_full_steps(opt.batch_size, unix_seconds())) {
     if (s.status == "validating") {
       ++by_step[s.key.step].first;
       try {  // committed: a file left behind is removed by the next start
@@ -250,7 +251,7 @@ std::string Server::Impl::reject_verdict(const Submission& row, const std::strin
                                                      key.step, key.submission, why)
                                        : "";
   const Rejection r =
-      state.reject_validated(key, reason, validator, evict_reason, now_s(), statement);
+      state.reject_validated(key, reason, validator, evict_reason, unix_seconds(), statement);
   if (!r.rejected) refuse(409, "not_validating", describe(key) + " was decided meanwhile");
   const std::string name = file_name(key);
   try {  // committed: a failure to keep the file is logged (the next start retries it)

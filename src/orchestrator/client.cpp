@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <utility>
@@ -16,33 +17,142 @@
 namespace trellis::orchestrator {
 namespace {
 
-// The server's reason from a JSON {"error": ...} body, else the body itself.
-std::string reason(const httplib::Result& res) {
-  if (!res) return httplib::to_string(res.error());
-  try {
-    return Json::parse(res->body).at("error").get<std::string>();
-  } catch (...) {
-    return fmt::format("HTTP {}: {}", res->status, res->body.substr(0, 200));
+// The most an orchestrator's JSON answer may hold. The longest honest one, GET /submissions of a
+// long run, is a few MB.
+constexpr size_t kMaxAnswerBytes = size_t{64} << 20;
+// The most of a refusal's reason that goes into an error message.
+constexpr size_t kMaxReasonChars = 300;
+
+// An orchestrator's answer, read to at most a bound: a node may point at any orchestrator, and a
+// hostile one must not make it hold an answer of any size.
+struct Reply {
+  int status = 0;     // 0: no answer (`error` says why)
+  std::string body;   // at most the bound
+  std::string error;  // the connection's failure, or the answer's size
+  bool ok() const { return status == 200; }
+};
+
+Reply send(httplib::Client& c, const char* method, const std::string& path,
+           httplib::Headers headers, std::string body, const char* content_type, size_t max_bytes) {
+  httplib::Request req;
+  req.method = method;
+  req.path = path;
+  req.headers = std::move(headers);
+  if (content_type) req.headers.emplace("Content-Type", content_type);
+  req.body = std::move(body);
+  Reply reply;
+  bool too_large = false;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (n > max_bytes - reply.body.size()) {
+      too_large = true;
+      return false;  // httplib stops reading and closes the connection
+    }
+    reply.body.append(data, n);
+    return true;
+  };
+  const httplib::Result res = c.send(req);
+  if (too_large) {
+    reply.error = fmt::format("the answer is larger than the {} bytes it may hold", max_bytes);
+    reply.body.clear();
+  } else if (!res) {
+    reply.error = httplib::to_string(res.error());
+  } else {
+    reply.status = res->status;
   }
+  return reply;
+}
+
+Reply get(httplib::Client& c, const std::string& path, size_t max_bytes = kMaxAnswerBytes) {
+  return send(c, "GET", path, {}, "", nullptr, max_bytes);
+}
+
+Reply post(httplib::Client& c, const std::string& path, std::string json_body,
+           httplib::Headers headers = {}) {
+  return send(c, "POST", path, std::move(headers), std::move(json_body), "application/json",
+              kMaxAnswerBytes);
+}
+
+// The server's reason from a JSON {"error": ...} body, else the body itself; cut to a length that
+// fits an error message.
+std::string reason(const Reply& res) {
+  if (!res.status) return res.error;
+  std::string why;
+  try {
+    why = Json::parse(res.body).at("error").get<std::string>();
+  } catch (...) {
+    why = fmt::format("HTTP {}: {}", res.status, res.body);
+  }
+  if (why.size() > kMaxReasonChars) why = why.substr(0, kMaxReasonChars) + "...";
+  return why;
 }
 
 // Attempts of an upload the orchestrator answers 503 busy, a second apart.
 constexpr int kBusyRetries = 60;
 
-// The refusal's code ({"code": ...}; "" without one).
-std::string code(const httplib::Result& res) {
+// The refusal's code ({"code": ...}; "" without one, or with one no honest server sends).
+std::string code(const Reply& res) {
   try {
-    return Json::parse(res->body).value("code", "");
+    std::string c = Json::parse(res.body).value("code", "");
+    return c.size() <= kMaxReasonChars ? c : "";
   } catch (...) {
     return "";
   }
 }
 
+// One object of an orchestrator's answer, read field by field with json_required's checks. A node
+// or operator may point at any orchestrator, so its answers are hostile input: a missing field, a
+// wrong type or a number the field's type does not hold exactly (1e41 for a step, undefined
+// behaviour in nlohmann's own conversion) is an Error naming the field and the endpoint.
+class Answer {
+ public:
+  Answer(const Json& j, const std::string& where) : j_(j), where_(where) {}
+
+  template <typename T>
+  T get(const char* key) const {
+    return json_required<T>(j_, key, where_);
+  }
+  bool is_null(const char* key) const { return field(key).is_null(); }
+  Answer object(const char* key) const {
+    const Json& v = field(key);
+    if (!v.is_object()) fail(where_, "field '{}' must be an object, not {}", key, v.type_name());
+    return Answer(v, where_);
+  }
+  // The field's elements, each an object.
+  std::vector<Answer> objects(const char* key) const {
+    const Json& v = field(key);
+    if (!v.is_array()) fail(where_, "field '{}' must be an array, not {}", key, v.type_name());
+    std::vector<Answer> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_object()) fail(where_, "field '{}': element {} is not an object", key, i);
+      out.emplace_back(v[i], where_);
+    }
+    return out;
+  }
+
+ private:
+  const Json& field(const char* key) const {
+    if (!j_.is_object() || !j_.contains(key)) fail(where_, "missing field '{}'", key);
+    return j_.at(key);
+  }
+
+  const Json& j_;
+  std::string where_;
+};
+
+// The body of an orchestrator's answer, parsed.
+Json parse_answer(const std::string& body, const std::string& where) {
+  try {
+    return Json::parse(body);
+  } catch (const Json::exception& e) {
+    fail(where, "the orchestrator's answer is not JSON: {}", e.what());
+  }
+}
+
 // A task as the API writes it (GET /tasks, the heartbeat's answer).
-Task task_of(const Json& t) {
-  return Task{t.at("id").get<int64_t>(),         t.at("role").get<std::string>(),
-              t.at("config").get<std::string>(), t.at("node").get<std::string>(),
-              t.at("created_at").get<double>(),  t.at("assigned_at").get<double>()};
+Task task_of(const Answer& t) {
+  return Task{t.get<int64_t>("id"),         t.get<std::string>("role"),
+              t.get<std::string>("config"), t.get<std::string>("node"),
+              t.get<double>("created_at"),  t.get<double>("assigned_at")};
 }
 
 }  // namespace
@@ -72,13 +182,9 @@ httplib::Client connect(const std::string& base_url, const std::string& token, d
 Json get_json(const std::string& base, const std::string& token, double timeout_s,
               const std::string& path) {
   auto c = connect(base, token, timeout_s);
-  auto res = c.Get(path);
-  if (!res || res->status != 200) fail(base + path, "request failed: {}", reason(res));
-  try {
-    return Json::parse(res->body);
-  } catch (const std::exception& e) {
-    fail(base + path, "the orchestrator's answer is not JSON: {}", e.what());
-  }
+  auto res = get(c, path);
+  if (!res.ok()) fail(base + path, "request failed: {}", reason(res));
+  return parse_answer(res.body, base + path);
 }
 
 }  // namespace
@@ -89,37 +195,35 @@ const std::string& Client::run_id() {
 }
 
 Status Client::status() {
-  const Json j = get_json(base_url_, token_, timeout_s_, "/status");
+  const std::string where = base_url_ + "/status";
+  const Json body = get_json(base_url_, token_, timeout_s_, "/status");
+  const Answer j(body, where);
   Status s;
-  try {
-    s.run_id = j.at("run_id").get<std::string>();
-    s.step = j.at("step").get<int64_t>();
-    s.policy_version = j.at("policy_version").get<int64_t>();
-    s.trainer_public_key = j.at("trainer_public_key").get<std::string>();
-    s.steps = j.at("steps").get<int64_t>();
-    s.async_level = j.at("async_level").get<int64_t>();
-    s.batch_size = j.at("batch_size").get<int64_t>();
-    s.group_size = j.at("group_size").get<int64_t>();
-    s.assigned = j.at("assigned").get<int64_t>();
-    s.pending = j.at("pending").get<int64_t>();
-    s.validating = j.at("validating").get<int64_t>();
-    s.accepted = j.at("accepted").get<int64_t>();
-    s.rejected = j.at("rejected").get<int64_t>();
-    s.dropped = j.at("dropped").get<int64_t>();
-    const Json& samples = j.at("samples");
-    s.generated_samples = samples.at("generated").get<int64_t>();
-    s.validating_samples = samples.at("validating").get<int64_t>();
-    s.accepted_samples = samples.at("accepted").get<int64_t>();
-    s.rejected_samples = samples.at("rejected").get<int64_t>();
-    s.dropped_samples = samples.at("dropped").get<int64_t>();
-    s.max_backlog_samples = j.at("max_backlog_samples").get<int64_t>();
-    s.validators_behind = j.at("validators_behind").get<bool>();
-    s.judged_samples_per_s = j.at("judged_samples_per_s").get<double>();
-    s.rollout_tokens_per_s = j.at("rollout_tokens_per_s").get<double>();
-    s.done = j.at("done").get<bool>();
-  } catch (const Json::exception& e) {
-    fail(base_url_ + "/status", "unexpected answer: {}", e.what());
-  }
+  s.run_id = j.get<std::string>("run_id");
+  s.step = j.get<int64_t>("step");
+  s.policy_version = j.get<int64_t>("policy_version");
+  s.trainer_public_key = j.get<std::string>("trainer_public_key");
+  s.steps = j.get<int64_t>("steps");
+  s.async_level = j.get<int64_t>("async_level");
+  s.batch_size = j.get<int64_t>("batch_size");
+  s.group_size = j.get<int64_t>("group_size");
+  s.assigned = j.get<int64_t>("assigned");
+  s.pending = j.get<int64_t>("pending");
+  s.validating = j.get<int64_t>("validating");
+  s.accepted = j.get<int64_t>("accepted");
+  s.rejected = j.get<int64_t>("rejected");
+  s.dropped = j.get<int64_t>("dropped");
+  const Answer samples = j.object("samples");
+  s.generated_samples = samples.get<int64_t>("generated");
+  s.validating_samples = samples.get<int64_t>("validating");
+  s.accepted_samples = samples.get<int64_t>("accepted");
+  s.rejected_samples = samples.get<int64_t>("rejected");
+  s.dropped_samples = samples.get<int64_t>("dropped");
+  s.max_backlog_samples = j.get<int64_t>("max_backlog_samples");
+  s.validators_behind = j.get<bool>("validators_behind");
+  s.judged_samples_per_s = j.get<double>("judged_samples_per_s");
+  s.rollout_tokens_per_s = j.get<double>("rollout_tokens_per_s");
+  s.done = j.get<bool>("done");
   return s;
 }
 
@@ -130,20 +234,17 @@ WorkAnswer Client::request_work(const Identity& node, int64_t held_version, int6
       {"node_address", node.address()},
       {"policy_version", held_version},
       {"groups", max_groups}}.dump();
-  auto res = c.Post(path, signed_headers(node, run_id(), "POST", path, sha256_hex(body)), body,
-                    "application/json");
-  if (!res || res->status != 200) fail(base_url_ + path, "asking for work failed: {}", reason(res));
+  auto res = post(c, path, body, signed_headers(node, run_id(), "POST", path, sha256_hex(body)));
+  if (!res.ok()) fail(base_url_ + path, "asking for work failed: {}", reason(res));
+  const std::string where = base_url_ + path;
+  const Json body_json = parse_answer(res.body, where);
+  const Answer j(body_json, where);
   WorkAnswer out;
-  try {
-    const Json j = Json::parse(res->body);
-    out.wait_reason = j.at("reason").get<std::string>();
-    const Json& w = j.at("work");
-    if (!w.is_null()) {
-      out.work = Assignment{w.at("step").get<int64_t>(), w.at("submission").get<int64_t>(),
-                            w.at("groups").get<int64_t>(), w.at("expires").get<double>()};
-    }
-  } catch (const std::exception& e) {
-    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  out.wait_reason = j.get<std::string>("reason");
+  if (!j.is_null("work")) {
+    const Answer w = j.object("work");
+    out.work = Assignment{w.get<int64_t>("step"), w.get<int64_t>("submission"),
+                          w.get<int64_t>("groups"), w.get<double>("expires")};
   }
   return out;
 }
@@ -161,83 +262,72 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
       {"sha256", file_sha256},
       {"size",
        file_bytes.size()}}.dump();
-  auto res = c.Post("/submissions",
-                    signed_headers(node, run_id(), "POST", "/submissions", sha256_hex(body)), body,
-                    "application/json");
-  if (res && res->status == 409 && code(res) == "dropped") return "dropped";
-  if (!res || res->status != 200) fail(where, "upload refused: {}", reason(res));
-  std::string url;
-  try {
-    url = Json::parse(res->body).at("upload_url").get<std::string>();
-  } catch (const std::exception& e) {
-    fail(where, "no upload_url in the answer: {}", e.what());
-  }
+  auto res = post(c, "/submissions", body,
+                  signed_headers(node, run_id(), "POST", "/submissions", sha256_hex(body)));
+  if (res.status == 409 && code(res) == "dropped") return "dropped";
+  if (!res.ok()) fail(where, "upload refused: {}", reason(res));
+  const std::string url =
+      Answer(parse_answer(res.body, where), where).get<std::string>("upload_url");
   // A busy orchestrator (503 busy: as many uploads as it takes at once) is asked again, each time
   // with a fresh signature, for up to a minute.
-  const auto send = [&] {
-    return c.Put(url, signed_headers(node, run_id(), "PUT", url, file_sha256), file_bytes.data(),
-                 file_bytes.size(), "application/vnd.apache.parquet");
+  const auto put_file = [&] {
+    return send(c, "PUT", url, signed_headers(node, run_id(), "PUT", url, file_sha256),
+                std::string(file_bytes), "application/vnd.apache.parquet", kMaxAnswerBytes);
   };
-  auto put = send();
-  for (int attempt = 1; put && put->status == 503 && code(put) == "busy" && attempt <= kBusyRetries;
+  auto put = put_file();
+  for (int attempt = 1; put.status == 503 && code(put) == "busy" && attempt <= kBusyRetries;
        ++attempt) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    put = send();
+    put = put_file();
   }
-  if (put && put->status == 409 && code(put) == "dropped") return "dropped";
-  if (!put || (put->status != 200 && put->status != 202)) {
+  if (put.status == 409 && code(put) == "dropped") return "dropped";
+  if (put.status != 200 && put.status != 202) {
     fail(where, "upload rejected: {}", reason(put));
   }
-  try {
-    return Json::parse(put->body).at("status").get<std::string>();
-  } catch (const std::exception& e) {
-    fail(where, "no status in the upload's answer: {}", e.what());
-  }
+  return Answer(parse_answer(put.body, where), where).get<std::string>("status");
 }
 
 std::vector<AcceptedFile> Client::accepted(int64_t step) {
   const std::string path = fmt::format("/steps/{}/accepted", step);
-  const Json j = get_json(base_url_, token_, timeout_s_, path);
+  const std::string where = base_url_ + path;
+  const Json body = get_json(base_url_, token_, timeout_s_, path);
   std::vector<AcceptedFile> files;
-  try {
-    for (const auto& f : j.at("files")) {
-      AcceptedFile a;
-      a.name = f.at("name").get<std::string>();
-      a.node_address = f.at("node_address").get<std::string>();
-      a.submission = f.at("submission").get<int64_t>();
-      a.sha256 = f.at("sha256").get<std::string>();
-      a.samples = f.at("samples").get<int64_t>();
-      a.signal_samples = f.at("signal_samples").get<int64_t>();
-      files.push_back(std::move(a));
-    }
-  } catch (const Json::exception& e) {
-    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  for (const Answer& f : Answer(body, where).objects("files")) {
+    AcceptedFile a;
+    a.name = f.get<std::string>("name");
+    a.node_address = f.get<std::string>("node_address");
+    a.submission = f.get<int64_t>("submission");
+    a.sha256 = f.get<std::string>("sha256");
+    a.size = f.get<int64_t>("size");
+    a.samples = f.get<int64_t>("samples");
+    a.signal_samples = f.get<int64_t>("signal_samples");
+    files.push_back(std::move(a));
   }
   return files;
 }
 
-std::string Client::download(int64_t step, const std::string& name) {
-  const std::string path = fmt::format("/rollouts/step_{}/{}", step, name);
+std::string Client::download(int64_t step, const AcceptedFile& file) {
+  const std::string path = fmt::format("/rollouts/step_{}/{}", step, file.name);
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Get(path);
-  if (!res || res->status != 200) fail(base_url_ + path, "download failed: {}", reason(res));
-  return std::move(res->body);
+  auto res = get(c, path, static_cast<size_t>(std::max<int64_t>(file.size, 0)));
+  if (!res.ok()) fail(base_url_ + path, "download failed: {}", reason(res));
+  return std::move(res.body);
 }
 
 void Client::publish_version(int64_t version, const std::string& public_key) {
   auto c = connect(base_url_, token_, timeout_s_);
   Json body{{"version", version}};
   if (!public_key.empty()) body["public_key"] = public_key;
-  auto res = c.Post("/trainer/version", body.dump(), "application/json");
-  if (!res || res->status != 200)
+  auto res = post(c, "/trainer/version", body.dump());
+  if (!res.ok())
     fail(base_url_ + "/trainer/version", "publishing version {} failed: {}", version, reason(res));
 }
 
 void Client::report_metrics(int64_t step, const Json& metrics) {
   auto c = connect(base_url_, token_, timeout_s_);
   const Json body{{"step", step}, {"metrics", metrics}};
-  auto res = c.Post("/trainer/metrics", body.dump(), "application/json");
-  if (!res || res->status != 200)
+  auto res = post(c, "/trainer/metrics", body.dump());
+  if (!res.ok())
     fail(base_url_ + "/trainer/metrics", "reporting step {} failed: {}", step, reason(res));
 }
 
@@ -246,9 +336,9 @@ void Client::register_node(const Identity& node, const std::string& invite) {
   if (!invite.empty()) j["invite"] = invite;
   const std::string body = j.dump();
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post("/nodes", signed_headers(node, run_id(), "POST", "/nodes", sha256_hex(body)),
-                    body, "application/json");
-  if (!res || res->status != 200) {
+  auto res =
+      post(c, "/nodes", body, signed_headers(node, run_id(), "POST", "/nodes", sha256_hex(body)));
+  if (!res.ok()) {
     fail(base_url_ + "/nodes", "registering node {} failed: {}", node.address(), reason(res));
   }
 }
@@ -258,40 +348,34 @@ Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
   if (!state.empty()) j["state"] = state;
   const std::string body = j.dump();
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res =
-      c.Post("/heartbeat", signed_headers(node, run_id(), "POST", "/heartbeat", sha256_hex(body)),
-             body, "application/json");
-  if (res && res->status == 403) return {.refused = code(res), .why = reason(res)};
-  if (!res || res->status != 200) {
+  auto res = post(c, "/heartbeat", body,
+                  signed_headers(node, run_id(), "POST", "/heartbeat", sha256_hex(body)));
+  if (res.status == 403) return {.refused = code(res), .why = reason(res)};
+  if (!res.ok()) {
     fail(base_url_ + "/heartbeat", "heartbeat of node {} refused: {}", node.address(), reason(res));
   }
-  try {
-    const Json a = Json::parse(res->body);
-    Beat beat;
-    beat.interval_s = a.at("interval_s").get<double>();
-    if (!a.at("task").is_null()) beat.task = task_of(a["task"]);
-    return beat;
-  } catch (const std::exception& e) {
-    fail(base_url_ + "/heartbeat", "unexpected answer: {}", e.what());
-  }
+  const std::string where = base_url_ + "/heartbeat";
+  const Json body_json = parse_answer(res.body, where);
+  const Answer a(body_json, where);
+  Beat beat;
+  beat.interval_s = a.get<double>("interval_s");
+  if (!a.is_null("task")) beat.task = task_of(a.object("task"));
+  return beat;
 }
 
 std::string Client::node_logs(const std::string& address, int64_t lines) {
   const std::string path = fmt::format("/nodes/{}/logs?lines={}", address, lines);
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Get(path);
-  if (!res || res->status != 200) fail(base_url_ + path, "no logs: {}", reason(res));
-  return res->body;
+  auto res = get(c, path);
+  if (!res.ok()) fail(base_url_ + path, "no logs: {}", reason(res));
+  return res.body;
 }
 
 std::vector<Task> Client::tasks() {
-  const Json j = get_json(base_url_, token_, timeout_s_, "/tasks");
+  const std::string where = base_url_ + "/tasks";
+  const Json body = get_json(base_url_, token_, timeout_s_, "/tasks");
   std::vector<Task> out;
-  try {
-    for (const Json& t : j.at("tasks")) out.push_back(task_of(t));
-  } catch (const Json::exception& e) {
-    fail(base_url_ + "/tasks", "unexpected answer: {}", e.what());
-  }
+  for (const Answer& t : Answer(body, where).objects("tasks")) out.push_back(task_of(t));
   return out;
 }
 
@@ -300,74 +384,63 @@ int64_t Client::create_task(const std::string& role, const std::string& config,
   Json j{{"role", role}, {"config", config}};
   if (!node.empty()) j["node"] = node;
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post("/tasks", j.dump(), "application/json");
-  if (!res || res->status != 200) fail(base_url_ + "/tasks", "task refused: {}", reason(res));
-  try {
-    return Json::parse(res->body).at("id").get<int64_t>();
-  } catch (const std::exception& e) {
-    fail(base_url_ + "/tasks", "no id in the answer: {}", e.what());
-  }
+  auto res = post(c, "/tasks", j.dump());
+  if (!res.ok()) fail(base_url_ + "/tasks", "task refused: {}", reason(res));
+  const std::string where = base_url_ + "/tasks";
+  return Answer(parse_answer(res.body, where), where).get<int64_t>("id");
 }
 
 void Client::evict(const std::string& address, const std::string& why) {
   const std::string path = "/nodes/" + address + "/evict";
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post(path, Json{{"reason", why}}.dump(), "application/json");
-  if (!res || res->status != 200) fail(base_url_ + path, "eviction failed: {}", reason(res));
+  auto res = post(c, path, Json{{"reason", why}}.dump());
+  if (!res.ok()) fail(base_url_ + path, "eviction failed: {}", reason(res));
 }
 
 int64_t Client::deposit_stake(const std::string& address, int64_t amount) {
   const std::string path = "/nodes/" + address + "/stake";
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post(path, Json{{"amount", amount}}.dump(), "application/json");
-  if (!res || res->status != 200) fail(base_url_ + path, "deposit refused: {}", reason(res));
-  try {
-    return Json::parse(res->body).at("stake").get<int64_t>();
-  } catch (const std::exception& e) {
-    fail(base_url_ + path, "no stake in the answer: {}", e.what());
-  }
+  auto res = post(c, path, Json{{"amount", amount}}.dump());
+  if (!res.ok()) fail(base_url_ + path, "deposit refused: {}", reason(res));
+  const std::string where = base_url_ + path;
+  return Answer(parse_answer(res.body, where), where).get<int64_t>("stake");
 }
 
 void Client::approve(const std::string& address) {
   const std::string path = "/nodes/" + address + "/approve";
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post(path, "", "application/json");
-  if (!res || res->status != 200) fail(base_url_ + path, "approval refused: {}", reason(res));
+  auto res = post(c, path, "");
+  if (!res.ok()) fail(base_url_ + path, "approval refused: {}", reason(res));
 }
 
 Allowlist Client::allowlist() {
-  const Json j = get_json(base_url_, token_, timeout_s_, "/allowlist");
+  const std::string where = base_url_ + "/allowlist";
+  const Json body = get_json(base_url_, token_, timeout_s_, "/allowlist");
+  const Answer j(body, where);
   Allowlist a;
-  try {
-    a.revision = j.at("revision").get<int64_t>();
-    a.ips = j.at("ips").get<std::vector<std::string>>();
-  } catch (const Json::exception& e) {
-    fail(base_url_ + "/allowlist", "unexpected answer: {}", e.what());
-  }
+  a.revision = j.get<int64_t>("revision");
+  a.ips = j.get<std::vector<std::string>>("ips");
   return a;
 }
 
 std::vector<Node> Client::nodes() {
-  const Json j = get_json(base_url_, token_, timeout_s_, "/nodes");
+  const std::string where = base_url_ + "/nodes";
+  const Json body = get_json(base_url_, token_, timeout_s_, "/nodes");
   std::vector<Node> out;
-  try {
-    for (const auto& n : j.at("nodes")) {
-      Node i;
-      i.address = n.at("address").get<std::string>();
-      i.ip = n.at("ip").get<std::string>();
-      i.registered_at = n.at("registered_at").get<double>();
-      i.last_seen = n.at("last_seen").get<double>();
-      i.signed_at = n.at("signed_at").get<int64_t>();
-      i.evicted = n.at("evicted").get<bool>();
-      i.evicted_reason = n.at("evicted_reason").get<std::string>();
-      i.evicted_at = n.at("evicted_at").get<double>();
-      i.rejections = n.at("rejections").get<int64_t>();
-      i.last_rejection = n.at("last_rejection").get<std::string>();
-      i.heartbeat_at = n.at("heartbeat_at").get<double>();
-      out.push_back(std::move(i));
-    }
-  } catch (const Json::exception& e) {
-    fail(base_url_ + "/nodes", "unexpected answer: {}", e.what());
+  for (const Answer& n : Answer(body, where).objects("nodes")) {
+    Node i;
+    i.address = n.get<std::string>("address");
+    i.ip = n.get<std::string>("ip");
+    i.registered_at = n.get<double>("registered_at");
+    i.last_seen = n.get<double>("last_seen");
+    i.signed_at = n.get<int64_t>("signed_at");
+    i.evicted = n.get<bool>("evicted");
+    i.evicted_reason = n.get<std::string>("evicted_reason");
+    i.evicted_at = n.get<double>("evicted_at");
+    i.rejections = n.get<int64_t>("rejections");
+    i.last_rejection = n.get<std::string>("last_rejection");
+    i.heartbeat_at = n.get<double>("heartbeat_at");
+    out.push_back(std::move(i));
   }
   return out;
 }
@@ -378,33 +451,30 @@ std::vector<Submission> Client::submissions(const std::string& status,
   if (!status.empty()) params.emplace("status", status);
   if (step) params.emplace("step", std::to_string(*step));
   const std::string path = httplib::append_query_params("/submissions", params);
-  const Json j = get_json(base_url_, token_, timeout_s_, path);
+  const std::string where = base_url_ + path;
+  const Json body = get_json(base_url_, token_, timeout_s_, path);
   std::vector<Submission> out;
-  try {
-    for (const auto& e : j.at("submissions")) {
-      Submission s;
-      s.id = e.at("id").get<int64_t>();
-      s.key.step = e.at("step").get<int64_t>();
-      s.key.node_address = e.at("node_address").get<std::string>();
-      s.key.submission = e.at("submission").get<int64_t>();
-      s.status = e.at("status").get<std::string>();
-      s.reason = e.at("reason").get<std::string>();
-      s.sha256 = e.at("sha256").get<std::string>();
-      s.size = e.at("size").get<int64_t>();
-      s.counts.samples = e.at("samples").get<int64_t>();
-      s.counts.signal_samples = e.at("signal_samples").get<int64_t>();
-      s.created_at = e.at("created_at").get<double>();
-      s.uploaded_at = e.at("uploaded_at").get<double>();
-      s.decided_at = e.at("decided_at").get<double>();
-      s.validator = e.at("validator").get<std::string>();
-      s.claimed_by = e.at("claimed_by").get<std::string>();
-      s.lease_expires = e.at("lease_expires").get<double>();
-      s.groups = e.at("groups").get<int64_t>();
-      s.work_expires = e.at("work_expires").get<double>();
-      out.push_back(std::move(s));
-    }
-  } catch (const Json::exception& e) {
-    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  for (const Answer& e : Answer(body, where).objects("submissions")) {
+    Submission s;
+    s.id = e.get<int64_t>("id");
+    s.key.step = e.get<int64_t>("step");
+    s.key.node_address = e.get<std::string>("node_address");
+    s.key.submission = e.get<int64_t>("submission");
+    s.status = e.get<std::string>("status");
+    s.reason = e.get<std::string>("reason");
+    s.sha256 = e.get<std::string>("sha256");
+    s.size = e.get<int64_t>("size");
+    s.counts.samples = e.get<int64_t>("samples");
+    s.counts.signal_samples = e.get<int64_t>("signal_samples");
+    s.created_at = e.get<double>("created_at");
+    s.uploaded_at = e.get<double>("uploaded_at");
+    s.decided_at = e.get<double>("decided_at");
+    s.validator = e.get<std::string>("validator");
+    s.claimed_by = e.get<std::string>("claimed_by");
+    s.lease_expires = e.get<double>("lease_expires");
+    s.groups = e.get<int64_t>("groups");
+    s.work_expires = e.get<double>("work_expires");
+    out.push_back(std::move(s));
   }
   return out;
 }
@@ -412,41 +482,39 @@ std::vector<Submission> Client::submissions(const std::string& status,
 ClaimResult Client::claim_validation(const std::string& validator_name) {
   const std::string path = "/validation/claim";
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post(path, Json{{"validator", validator_name}}.dump(), "application/json");
-  if (!res || res->status != 200) fail(base_url_ + path, "claim failed: {}", reason(res));
+  auto res = post(c, path, Json{{"validator", validator_name}}.dump());
+  if (!res.ok()) fail(base_url_ + path, "claim failed: {}", reason(res));
+  const std::string where = base_url_ + path;
+  const Json body = parse_answer(res.body, where);
+  const Answer j(body, where);
   ClaimResult out;
-  try {
-    const Json j = Json::parse(res->body);
-    out.policy_version = j.at("policy_version").get<int64_t>();
-    out.async_level = j.at("async_level").get<int64_t>();
-    const Json& s = j.at("submission");
-    if (!s.is_null()) {
-      ValidationClaim v;
-      v.key.step = s.at("step").get<int64_t>();
-      v.key.node_address = s.at("node_address").get<std::string>();
-      v.key.submission = s.at("submission").get<int64_t>();
-      v.sha256 = s.at("sha256").get<std::string>();
-      v.size = s.at("size").get<int64_t>();
-      v.samples = s.at("samples").get<int64_t>();
-      v.signal_samples = s.at("signal_samples").get<int64_t>();
-      v.uploaded_at = s.at("uploaded_at").get<double>();
-      v.lease_expires = s.at("lease_expires").get<double>();
-      v.file = s.at("file").get<std::string>();
-      out.claim = std::move(v);
-    }
-  } catch (const std::exception& e) {
-    fail(base_url_ + path, "unexpected answer: {}", e.what());
+  out.policy_version = j.get<int64_t>("policy_version");
+  out.async_level = j.get<int64_t>("async_level");
+  if (!j.is_null("submission")) {
+    const Answer s = j.object("submission");
+    ValidationClaim v;
+    v.key.step = s.get<int64_t>("step");
+    v.key.node_address = s.get<std::string>("node_address");
+    v.key.submission = s.get<int64_t>("submission");
+    v.sha256 = s.get<std::string>("sha256");
+    v.size = s.get<int64_t>("size");
+    v.samples = s.get<int64_t>("samples");
+    v.signal_samples = s.get<int64_t>("signal_samples");
+    v.uploaded_at = s.get<double>("uploaded_at");
+    v.lease_expires = s.get<double>("lease_expires");
+    v.file = s.get<std::string>("file");
+    out.claim = std::move(v);
   }
   return out;
 }
 
 std::string Client::download_for_validation(const ValidationClaim& claim) {
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Get(claim.file);
-  if (!res || res->status != 200) {
+  auto res = get(c, claim.file, static_cast<size_t>(std::max<int64_t>(claim.size, 0)));
+  if (!res.ok()) {
     fail(base_url_ + claim.file, "download for validation failed: {}", reason(res));
   }
-  return std::move(res->body);
+  return std::move(res.body);
 }
 
 std::string Client::post_verdict(const SubmissionKey& key, bool accept, const std::string& why,
@@ -466,15 +534,11 @@ std::string Client::post_verdict(const SubmissionKey& key, bool accept, const st
     body["ledger_signature"] = signed_verdict->signature;
   }
   auto c = connect(base_url_, token_, timeout_s_);
-  auto res = c.Post(path, body.dump(), "application/json");
+  auto res = post(c, path, body.dump());
   const std::string where = fmt::format("{}{} (step {} submission {} of node {})", base_url_, path,
                                         key.step, key.submission, key.node_address);
-  if (!res || res->status != 200) fail(where, "verdict refused: {}", reason(res));
-  try {
-    return Json::parse(res->body).at("status").get<std::string>();
-  } catch (const std::exception& e) {
-    fail(where, "no status in the answer: {}", e.what());
-  }
+  if (!res.ok()) fail(where, "verdict refused: {}", reason(res));
+  return Answer(parse_answer(res.body, where), where).get<std::string>("status");
 }
 
 }  // namespace trellis::orchestrator

@@ -60,6 +60,7 @@ struct AcceptedFile {
   std::string node_address;
   int64_t submission = 0;
   std::string sha256;
+  int64_t size = 0;            // bytes
   int64_t samples = 0;         // rows
   int64_t signal_samples = 0;  // rows in groups whose rewards are not all equal
 };
@@ -105,8 +106,9 @@ class Client {
                      std::string_view file_bytes);
   // GET /steps/<step>/accepted
   std::vector<AcceptedFile> accepted(int64_t step);
-  // GET /rollouts/step_<step>/<name>: the bytes of an accepted file.
-  std::string download(int64_t step, const std::string& name);
+  // GET /rollouts/step_<step>/<name>: the bytes of an accepted file; an answer larger than the
+  // file's size is refused.
+  std::string download(int64_t step, const AcceptedFile& file);
   // POST /trainer/version: the trainer has published policy version `version`; a non-empty
   // `public_key` (64 hex digits) is recorded as the key that signs its checkpoint manifests.
   void publish_version(int64_t version, const std::string& public_key = "");
@@ -123,7 +125,7 @@ class Client {
   // when it cannot be reached or answers anything else.
   struct Beat {
     double interval_s = 0;
-    std::optional<Task> task;
+    std::optional<Task> task{};
     std::string refused, why;  // "" unless refused
   };
   Beat heartbeat(const Identity& node, const std::string& state = "");
@@ -155,7 +157,8 @@ class Client {
   // POST /validation/claim: leases the oldest submission waiting for a verdict to
   // `validator_name` (needs the validators' token when the orchestrator has one).
   ClaimResult claim_validation(const std::string& validator_name);
-  // GET /validation/files/...: the bytes of a claimed submission's file.
+  // GET /validation/files/...: the bytes of a claimed submission's file; an answer larger than
+  // the claim's size is refused.
   std::string download_for_validation(const ValidationClaim& claim);
   // POST /validation/verdict; returns "accepted" or "rejected" (the server's decision: an
   // accepted file of a node evicted meanwhile is rejected). `reason` is required to reject;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/http_service.h"
 #include "common/logging.h"
@@ -11,10 +12,6 @@
 
 namespace trellis::orchestrator {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // Invites sent per sweep, at most: each may wait request_timeout_s for a node that does not
 // answer, and nodes that did not get one this time are found again by the next sweep.
@@ -66,9 +63,9 @@ void InviteSweep::loop(std::string orchestrator_url) {
     try {
       sweep_once(orchestrator_url);
     } catch (const std::exception& e) {
-      if (now_s() - last_warning > 60) {  // an outage is logged, not a line per sweep
+      if (unix_seconds() - last_warning > 60) {  // an outage is logged, not a line per sweep
         log::warn("orchestrator: invite sweep: {}", e.what());
-        last_warning = now_s();
+        last_warning = unix_seconds();
       }
     }
     lock.lock();
@@ -80,10 +77,10 @@ void InviteSweep::loop(std::string orchestrator_url) {
 int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   const Identity& keeper = state_.ledger().keeper();
   int64_t accepted = 0, sent = 0;
-  state_.forget_expired_invites(now_s());
+  state_.forget_expired_invites(unix_seconds());
   for (const discovery::DiscoveredNode& d : discovery_.nodes(keeper)) {
     const auto& m = d.metadata;
-    const double now = now_s();
+    const double now = unix_seconds();
     if (sent == kMaxInvitesPerSweep) break;  // the rest next time: a sweep stays short
     if (!state_.wants_invite(m.address, now)) continue;
     if (!discovery::unmet(m.hardware, opt_.requirements).empty()) continue;

@@ -76,14 +76,14 @@ struct Submission {
 // A node of the pool. A node evicted before it ever registered has ip "" and times 0.
 struct Node {
   std::string address;  // Ed25519 public key, 64 lowercase hex digits
-  std::string ip;       // where its newest registration came from, as the orchestrator saw it
+  std::string ip{};     // where its newest registration came from, as the orchestrator saw it
   double registered_at = 0, last_seen = 0;  // unix seconds: first and newest registration
   int64_t signed_at = 0;  // the timestamp its newest accepted registration was signed with
   bool evicted = false;
-  std::string evicted_reason;
+  std::string evicted_reason{};
   double evicted_at = 0;
-  int64_t rejections = 0;      // files of this node that validators rejected
-  std::string last_rejection;  // "step <s> submission <k>: <the reason>" of the newest one
+  int64_t rejections = 0;        // files of this node that validators rejected
+  std::string last_rejection{};  // "step <s> submission <k>: <the reason>" of the newest one
   // Unix seconds of its newest heartbeat (or registration after one); 0 = it never sent one (a
   // worker started without a node agent), and then liveness does not apply to it.
   double heartbeat_at = 0;
@@ -148,8 +148,8 @@ struct Registration {
     kInviteRequired,  // it sent heartbeats and is dead: it returns only with a new invite
   };
   Outcome outcome = kRegistered;
-  Node node;        // the node's row after the call
-  std::string why;  // kNotAdmitted: what the node lacks and how to get it
+  Node node;          // the node's row after the call
+  std::string why{};  // kNotAdmitted: what the node lacks and how to get it
 };
 
 // What one validator decided (State::validator_activity).

@@ -6,6 +6,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/identity.h"
 #include "common/logging.h"
@@ -30,10 +31,6 @@
 namespace trellis::pipeline {
 namespace fs = std::filesystem;
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 class Worker {
  public:
@@ -82,9 +79,9 @@ class Worker {
       try {
         status = client_.status();
       } catch (const Error& e) {
-        if (now_s() - last_warning > 10) {
+        if (monotonic_seconds() - last_warning > 10) {
           log::warn("orchestrator unreachable, retrying: {}", e.what());
-          last_warning = now_s();
+          last_warning = monotonic_seconds();
         }
         sleep();
         continue;
@@ -131,10 +128,10 @@ class Worker {
   // load_newest(); true when the held version is at least `min_version` (the time until then
   // counts as waiting for weights).
   bool hold_policy(int64_t min_version) {
-    const double t0 = now_s();
+    const double t0 = monotonic_seconds();
     load_newest();
     const bool ok = engine_ && version_ >= min_version;
-    if (!ok) waited_for_weights_ += now_s() - t0 + poll_s_;
+    if (!ok) waited_for_weights_ += monotonic_seconds() - t0 + poll_s_;
     return ok;
   }
 
@@ -162,7 +159,7 @@ class Worker {
 
   // Asks the orchestrator what to generate next (admission control); false while it says wait.
   bool ask_for_work() {
-    const double t0 = now_s();
+    const double t0 = monotonic_seconds();
     orchestrator::WorkAnswer answer;
     try {
       answer = client_.request_work(*identity_, version_, groups_per_submission_);
@@ -173,7 +170,7 @@ class Worker {
       log::debug("waiting: {}", answer.wait_reason);
     wait_reason_ = answer.wait_reason;
     work_ = answer.work;
-    if (!work_) waited_for_work_ += now_s() - t0 + poll_s_;
+    if (!work_) waited_for_work_ += monotonic_seconds() - t0 + poll_s_;
     return work_.has_value();
   }
 
@@ -183,9 +180,9 @@ class Worker {
     auto tasks = sampler_->draw(w.step, w.submission, w.groups);
     auto o = rollout_;
     o.seed = sampler_->seed(w.step, w.submission);
-    const double t0 = now_s();
+    const double t0 = monotonic_seconds();
     auto groups = rl::generate_rollouts(*engine_, *prompting_, *environment_, tasks, o);
-    generating_s_ += now_s() - t0;
+    generating_s_ += monotonic_seconds() - t0;
     submit(w, std::move(groups), std::move(tasks));
     work_.reset();
   }
@@ -200,9 +197,9 @@ class Worker {
     const int64_t oldest = w.step - rl_.async_level;
     if (static_cast<int64_t>(ready_.size()) < w.groups) {
       IterationStats it;
-      const double t0 = now_s();
+      const double t0 = monotonic_seconds();
       for (auto& g : pool_->iterate(w.step, oldest, &it)) ready_.push_back(std::move(g));
-      generating_s_ += now_s() - t0;
+      generating_s_ += monotonic_seconds() - t0;
       purged_groups_ += it.purged_groups;
       stale_groups_ += it.stale_groups;
     }

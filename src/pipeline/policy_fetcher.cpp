@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "orchestrator/client.h"
@@ -11,10 +12,6 @@
 namespace trellis::pipeline {
 namespace fs = std::filesystem;
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 fs::path version_dir(const fs::path& dir, int64_t version) {
   return dir / ("step_" + std::to_string(version));
@@ -100,9 +97,9 @@ void PolicyFetcher::loop() {
     try {
       fetch_once();
     } catch (const std::exception& e) {
-      if (now_s() - last_warning_ > 10) {
+      if (monotonic_seconds() - last_warning_ > 10) {
         log::warn("policy fetch: {}", e.what());
-        last_warning_ = now_s();
+        last_warning_ = monotonic_seconds();
       }
     }
     for (double slept = 0; slept < poll_s_ && !stop_ && !stopping_; slept += 0.05)
@@ -114,9 +111,9 @@ void PolicyFetcher::fetch_once() {
   orchestrator::Client orchestrator(orchestrator_url_);
   // The relays serve only nodes the orchestrator lists, from the IP it saw them register from:
   // registering again now and then follows a node whose address changed.
-  if (now_s() - registered_at_ > 60) {
+  if (monotonic_seconds() - registered_at_ > 60) {
     orchestrator.register_node(identity_);
-    registered_at_ = now_s();
+    registered_at_ = monotonic_seconds();
   }
   const auto status = orchestrator.status();
   if (status.trainer_public_key.empty()) return;  // nothing published yet: nothing to verify

@@ -1,7 +1,6 @@
 #include "pipeline/rollout_bench.h"
 
-#include <chrono>
-
+#include "common/clock.h"
 #include "env/registry.h"
 #include "model/prompting.h"
 #include "pipeline/fixed_data_sampler.h"
@@ -12,13 +11,6 @@
 #include "toploc/proof_builder.h"
 
 namespace trellis::pipeline {
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& model_dir,
                                   const Config& config, const RolloutBenchOptions& options,
@@ -56,7 +48,7 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
   };
   const auto before = engine.stats();
   for (int64_t step = 0; step < options.steps; ++step) {
-    const double t0 = now_s();
+    const double t0 = monotonic_seconds();
     int64_t done = 0;
     if (pool) {
       while (done < options.groups_per_step) {
@@ -80,7 +72,7 @@ RolloutBenchResult bench_rollouts(model::Transformer& model, const std::string& 
     }
     // The next policy version: the same weights, but what is in flight re-prefills.
     engine.update_weights([](model::Transformer&) {}, step + 1);
-    const double seconds = now_s() - t0;
+    const double seconds = monotonic_seconds() - t0;
     r.seconds += seconds;
     if (on_step) on_step(step, seconds);
   }

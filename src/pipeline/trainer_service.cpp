@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hashing.h"
@@ -29,10 +30,6 @@
 namespace trellis::pipeline {
 namespace fs = std::filesystem;
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 class TrainerService {
  public:
@@ -83,10 +80,10 @@ class TrainerService {
     publisher_->remove_versions_after(start_step_);
     publisher_->publish(start_step_, *model_);
     for (int64_t s = start_step_; s < cfg_.steps && !stop_; ++s) {
-      const double t0 = now_s();
+      const double t0 = monotonic_seconds();
       std::vector<rollout::RolloutRecord> rows;
       if (!wait_for_step(s, rows)) break;  // stopped
-      const double waited = now_s() - t0;
+      const double waited = monotonic_seconds() - t0;
       rl::Metrics m = batch_from_rows(s, rows);
       m.set("time/wait_for_data", waited);
       if (batch_.empty()) {
@@ -100,7 +97,7 @@ class TrainerService {
           (cfg_.checkpoint_every > 0 && (s + 1) % cfg_.checkpoint_every == 0)) {
         checkpoint(s + 1);
       }
-      const double step_time = now_s() - t0;
+      const double step_time = monotonic_seconds() - t0;
       m.set("time/step", step_time);
       m.set("trainer/idle_frac", waited / std::max(1e-9, step_time));
       write_broadcast_metrics(publisher_->last_broadcast(), m);
@@ -180,7 +177,7 @@ class TrainerService {
         for (const auto& f : files) signal += f.signal_samples;
         if (signal >= cfg_.batch_size) {
           for (const auto& f : files) {
-            const std::string bytes = client_.download(s, f.name);
+            const std::string bytes = client_.download(s, f);
             const std::string where = fmt::format("step {} file {}", s, f.name);
             if (sha256_hex(bytes) != f.sha256)
               fail(where, "the download does not match the accepted file's SHA-256");
@@ -191,9 +188,9 @@ class TrainerService {
         }
       } catch (const Error& e) {
         rows.clear();
-        if (now_s() - last_warning > 10) {
+        if (monotonic_seconds() - last_warning > 10) {
           log::warn("waiting for step {}: {}", s, e.what());
-          last_warning = now_s();
+          last_warning = monotonic_seconds();
         }
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(poll_s_));

@@ -18,16 +18,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/ip_address.h"
 
 namespace trellis::rl {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 std::string string_of(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
@@ -154,16 +151,16 @@ void ProcessGroup::peer_failed(const char* what, const std::string& detail) {
 template <typename Fn>
 void ProcessGroup::collective(const char* what, Fn&& fn) {
   if (world_ == 1) return;
-  const double t0 = now_s();
+  const double t0 = monotonic_seconds();
   try {
     fn(*impl_->gloo);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    comm_seconds_ += now_s() - t0;
+    comm_seconds_ += monotonic_seconds() - t0;
     peer_failed(what, e.what());
   }
-  comm_seconds_ += now_s() - t0;
+  comm_seconds_ += monotonic_seconds() - t0;
 }
 
 void ProcessGroup::all_reduce_sum(torch::Tensor& t) {
@@ -245,12 +242,12 @@ std::string ProcessGroup::broadcast_from_leader(const std::string& message) {
       size = static_cast<int64_t>(message.size());
       impl_->store->set(key, bytes_of(std::to_string(size)));
     } else {
-      const double t0 = now_s();
+      const double t0 = monotonic_seconds();
       while (!impl_->store->check({key})) {
         if (impl_->store->check({kFailedKey})) peer_failed("waiting for the leader", "");
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      comm_seconds_ += now_s() - t0;
+      comm_seconds_ += monotonic_seconds() - t0;
       size = std::stoll(string_of(impl_->store->get(key)));
     }
   } catch (const Error&) {

@@ -1,10 +1,10 @@
 #include "rl/rl_loop.h"
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "common/rng.h"
@@ -26,10 +26,6 @@
 namespace trellis::rl {
 namespace fs = std::filesystem;
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // A seed for (step, round) of a run: a Philox draw, so nearby steps get unrelated samples.
 uint64_t derived_seed(uint64_t seed, int64_t step, int64_t round, uint32_t purpose) {
@@ -124,12 +120,12 @@ class RlLoop {
       pending_.push_back(generate(next_gen++));
     }
     for (int64_t s = start_step_; s < cfg_.steps; ++s) {
-      const double t0 = now_s();
+      const double t0 = monotonic_seconds();
       if (next_gen < cfg_.steps && next_gen <= s + cfg_.async_level) {
         pending_.push_back(generate(next_gen++));  // sampled by the policy of step s
       }
       // What training waited for in this iteration: generation (one process does both).
-      const double waited = now_s() - t0;
+      const double waited = monotonic_seconds() - t0;
       Batch batch = std::move(pending_.front());
       pending_.pop_front();
       Metrics m = batch.metrics;
@@ -142,7 +138,7 @@ class RlLoop {
       }
       write_total_clip(m);
       engine_->update_weights([](model::Transformer&) {}, s + 1);
-      m.set("time/step", now_s() - t0);
+      m.set("time/step", monotonic_seconds() - t0);
       log.write(s, m);
       recent_rewards_.add(m);
       std::printf("%s\n", console_line(s, cfg_.steps, m, rl_console_fields()).c_str());
@@ -159,7 +155,7 @@ class RlLoop {
   Batch generate(int64_t step) {
     Batch b;
     b.step = step;
-    const double t0 = now_s();
+    const double t0 = monotonic_seconds();
     const int64_t groups_needed = cfg_.batch_size / cfg_.group_size;
     SampleStats stats;
     int64_t zero_adv = 0, kept_groups = 0;
@@ -190,7 +186,7 @@ class RlLoop {
         }
       }
     }
-    const double seconds = now_s() - t0;
+    const double seconds = monotonic_seconds() - t0;
     stats.write(b.metrics);
     b.metrics.set("filter/zero_adv_groups", static_cast<double>(zero_adv));
     b.metrics.set("samples", static_cast<double>(b.rollouts.size()));

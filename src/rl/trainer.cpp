@@ -1,8 +1,8 @@
 #include "rl/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "model/checkpoint.h"
 #include "model/flops.h"
@@ -11,10 +11,6 @@
 
 namespace trellis::rl {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::vector<int64_t> input_lengths(const std::vector<Rollout>& batch,
                                    const std::vector<size_t>& which) {
@@ -118,7 +114,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
   const auto& cfg = config_.loss;
   const auto& mcfg = policy_.config();
   const int rank = group_ ? group_->rank() : 0, world = group_ ? group_->world() : 1;
-  const double t0 = now_s(), comm0 = group_ ? group_->comm_seconds() : 0;
+  const double t0 = monotonic_seconds(), comm0 = group_ ? group_->comm_seconds() : 0;
 
   // Optimizer step k trains batch[k·S/n, (k+1)·S/n); this rank trains mine[k] of them.
   const size_t S = batch.size();
@@ -134,7 +130,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
   const auto logp_old = score(policy_, batch, all_mine);
   std::vector<torch::Tensor> logp_ref;
   if (reference_) logp_ref = score(*reference_, batch, all_mine);
-  const double logp_old_seconds = now_s() - t0;
+  const double logp_old_seconds = monotonic_seconds() - t0;
 
   LossStats stats;
   double loss_sum = 0, grad_norm_sum = 0, lr = 0, tokens = 0, sum_sq = 0;
@@ -150,7 +146,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
     for (size_t i = lo; i < hi; ++i)
       weight_offset[i - lo + 1] = weight_offset[i - lo] + batch[i].tokens();
 
-    const double t_fb = now_s();
+    const double t_fb = monotonic_seconds();
     const auto lengths = input_lengths(batch, mine[k]);
     for (int64_t len : lengths) {
       tokens += len;
@@ -192,10 +188,10 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
       stats += result.stats;
     }
     model::synchronize(policy_.compute());
-    const double t_opt = now_s();
+    const double t_opt = monotonic_seconds();
     forward_backward_seconds += t_opt - t_fb;
     const auto info = optimizer_.step();
-    optimizer_seconds += now_s() - t_opt;
+    optimizer_seconds += monotonic_seconds() - t_opt;
     grad_norm_sum += info.grad_norm;
     lr = info.lr;
   }
@@ -218,7 +214,7 @@ Metrics Trainer::step(const std::vector<Rollout>& batch) {
     forward_backward_min = t.narrow(0, k, world).min().item<double>();
     forward_backward_max = t.narrow(0, k, world).max().item<double>();
   }
-  const double seconds = now_s() - t0;
+  const double seconds = monotonic_seconds() - t0;
 
   Metrics m;
   const double tok = std::max(1.0, stats.tokens);

@@ -1,8 +1,8 @@
 #include "shardcast/client.h"
 
-#include <chrono>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
 #include "shardcast/assembler.h"
@@ -10,13 +10,6 @@
 
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 ClientOptions ClientOptions::from_config(const Config& config) {
   ClientOptions o;
@@ -173,7 +166,7 @@ std::vector<VersionEntry> Client::delta_chain(const std::vector<std::optional<Ma
 
 FetchReport Client::fetch(int64_t version, const fs::path& out,
                           const std::optional<HeldVersion>& held) {
-  const double t0 = now_s();
+  const double t0 = monotonic_seconds();
   const std::string where = fmt::format("shardcast version {}", version);
   auto all = manifests();
   const auto entry = trusted_entry(all, version);
@@ -232,7 +225,7 @@ FetchReport Client::fetch(int64_t version, const fs::path& out,
         std::stoll(name.substr(1)) <= version)
       fs::remove_all(e.path(), ec);
   }
-  report.seconds = now_s() - t0;
+  report.seconds = monotonic_seconds() - t0;
   return report;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/http_service.h"
@@ -21,9 +22,6 @@ namespace fs = std::filesystem;
 namespace {
 constexpr size_t kMaxAllowlist = 1'000'000;  // addresses in one allowlist from the orchestrator
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 }  // namespace
 
 RelaySettings RelaySettings::from_config(const Config& config, const fs::path& run_dir) {
@@ -176,7 +174,7 @@ void Relay::pull_version(VersionEntry& entry,
     }
     return st;
   };
-  const double t0 = now_s();
+  const double t0 = monotonic_seconds();
   // The delta first: it is small, and the workers holding the base want nothing else.
   if (entry.delta && !entry.delta_complete && pull(ShardedFile::delta_of(entry)).complete) {
     entry.delta_complete = true;
@@ -203,7 +201,7 @@ void Relay::pull_version(VersionEntry& entry,
   write_local(local_);
   ++versions_pulled_;
   log::info("relay {}: version {} complete in {:.2f} s ({})", settings_.name, entry.version,
-            now_s() - t0, made ? "applied its delta" : "full version pulled");
+            monotonic_seconds() - t0, made ? "applied its delta" : "full version pulled");
 }
 
 void Relay::materialize(const VersionEntry& entry, const VersionEntry& base) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/files.h"
 #include "common/hashing.h"
@@ -18,10 +19,6 @@
 namespace trellis::shardcast {
 namespace fs = std::filesystem;
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 enum class ShardState { Pending, InFlight, Done };
 
@@ -122,7 +119,7 @@ FetchStats fetch_shards(const ShardedFile& entry, const fs::path& dir, RelaySele
                         const std::function<std::vector<Holding>(const HttpOptions&)>& holdings,
                         const FetchOptions& options, const std::function<void(size_t)>& on_shard,
                         const std::atomic<bool>* stop) {
-  const double t0 = now_s();
+  const double t0 = monotonic_seconds();
   const size_t n = entry.shards.size();
   fs::create_directories(dir);
   Fetch f;
@@ -220,7 +217,7 @@ FetchStats fetch_shards(const ShardedFile& entry, const fs::path& dir, RelaySele
         f.cv.notify_all();
         return false;
       }
-      const double now = now_s();
+      const double now = monotonic_seconds();
       if (now - t0 > options.version_timeout_s) {
         f.give_up = fmt::format("not complete after {:.0f} s", options.version_timeout_s);
         over = true;
@@ -420,7 +417,7 @@ FetchStats fetch_shards(const ShardedFile& entry, const fs::path& dir, RelaySele
         // Not a fault of the shard: the relay is still pulling it, or asks us to slow down.
         if (r.status == 429) selector.record(static_cast<size_t>(job.relay), false, 0, r.seconds);
         ++f.stats.not_yet;
-        sh.not_before = now_s() + std::max(options.retry_delay_s, r.retry_after_s);
+        sh.not_before = monotonic_seconds() + std::max(options.retry_delay_s, r.retry_after_s);
       } else if (outcome == Outcome::Failed || outcome == Outcome::Corrupt) {
         selector.record(static_cast<size_t>(job.relay), false, 0, r.seconds);
       }
@@ -480,7 +477,7 @@ FetchStats fetch_shards(const ShardedFile& entry, const fs::path& dir, RelaySele
 
   f.stats.complete = f.done == n;
   f.stats.error = f.stats.complete ? "" : (f.give_up.empty() ? "stopped" : f.give_up);
-  f.stats.seconds = now_s() - t0;
+  f.stats.seconds = monotonic_seconds() - t0;
   return f.stats;
 }
 

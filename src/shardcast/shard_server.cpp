@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/http_limits.h"
 #include "common/json.h"
@@ -16,10 +17,6 @@
 
 namespace trellis::shardcast {
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void reply_error(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
@@ -65,7 +62,7 @@ void ShardServer::routes() {
                               req.remote_addr));
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (!access_.admit_request(req.remote_addr, now_s())) {
+    if (!access_.admit_request(req.remote_addr, monotonic_seconds())) {
       ++limited_;
       res.set_header("Retry-After", "1");
       reply_error(res, 429,
@@ -105,7 +102,8 @@ void ShardServer::routes() {
                   const ssize_t got =
                       ::pread(*file, buf.data(), buf.size(), static_cast<off_t>(offset));
                   if (got <= 0) return false;  // truncated under us: abort the reply
-                  const double wait = access_.reserve_bytes(ip, static_cast<int64_t>(got), now_s());
+                  const double wait =
+                      access_.reserve_bytes(ip, static_cast<int64_t>(got), monotonic_seconds());
                   if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
                   if (!sink.write(buf.data(), static_cast<size_t>(got))) return false;
                   bytes_sent_ += got;

@@ -4,11 +4,11 @@
 // run past the budget is rejected ("time budget"). Not thread-safe.
 #pragma once
 
-#include <chrono>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "common/clock.h"
 #include "validator/finding.h"
 
 namespace trellis::validator {
@@ -16,10 +16,10 @@ namespace trellis::validator {
 class Budget {
  public:
   // `seconds` from now; <= 0 = no budget.
-  explicit Budget(double seconds) : seconds_(seconds), start_(now_s()) {}
+  explicit Budget(double seconds) : seconds_(seconds), start_(monotonic_seconds()) {}
 
   // Seconds used so far, not counting excluded time.
-  double used() const { return now_s() - start_ - excluded_; }
+  double used() const { return monotonic_seconds() - start_ - excluded_; }
   bool spent() const { return seconds_ > 0 && used() > seconds_; }
   // Time the file is not to blame for (fetching a policy version).
   void exclude(double seconds) { excluded_ += seconds; }
@@ -30,11 +30,6 @@ class Budget {
             fmt::format("checking the file took more than validator.max_file_seconds = {} s "
                         "({:.2f} s used); stopped at {}",
                         seconds_, used(), where)};
-  }
-
-  static double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
   }
 
  private:

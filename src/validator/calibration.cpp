@@ -1,10 +1,10 @@
 #include "validator/calibration.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <memory>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "env/registry.h"
 #include "model/checkpoint.h"
@@ -22,10 +22,6 @@ namespace trellis::validator {
 namespace {
 
 constexpr int64_t kPackedTokens = 4096;  // tokens per packed forward (the trainer's default)
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 const char* dtype_name(torch::ScalarType dtype) {
   return dtype == torch::kBFloat16 ? "bf16" : dtype == torch::kFloat32 ? "fp32" : "?";
@@ -118,9 +114,9 @@ HonestRun generate_honest(model::Transformer& model, const model::Prompting& pro
   HonestRun run;
   run.setting = setting;
   const auto before = engine.stats();
-  const double t0 = now_s();
+  const double t0 = monotonic_seconds();
   const auto result = rl::generate_rollouts(engine, prompting, *environment, drawn, ro);
-  run.seconds = now_s() - t0;
+  run.seconds = monotonic_seconds() - t0;
   const auto after = engine.stats();
   run.tokens = after.tokens_generated - before.tokens_generated;
   run.preemptions = after.preemptions - before.preemptions;
@@ -144,7 +140,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
   const ModelOf model_of = [&](int64_t) -> model::Transformer& { return model; };
   CheckSummary s;
   std::vector<SampleStats> stats;
-  const double t0 = now_s();
+  const double t0 = monotonic_seconds();
   std::vector<SampleResult> results;
   for (size_t start = 0; start < rows.size(); start += std::max<size_t>(1, per_forward)) {
     std::vector<const rollout::RolloutRecord*> batch;
@@ -159,7 +155,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
     for (auto& r : check_samples(batch, batch_indices, rules, stops, vocab, model_of))
       results.push_back(std::move(r));
   }
-  s.seconds = now_s() - t0;
+  s.seconds = monotonic_seconds() - t0;
   for (const auto& r : results) {
     const auto w = worst_chunk(r.stats.toploc);
     const auto& st = r.stats;
@@ -218,7 +214,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
   // The prefills alone (what check_sample computes first), to tell the model's share of the time
   // from the checks'.
   torch::NoGradGuard no_grad;
-  const double t1 = now_s();
+  const double t1 = monotonic_seconds();
   for (const auto& row : rows) {
     const auto n = static_cast<int64_t>(row.completion_tokens.size());
     if (n == 0) continue;
@@ -229,9 +225,9 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
                   {.logits = true, .hidden = true, .rows = torch::arange(p - 1, p + n - 1)});
   }
   model::synchronize(model.compute());
-  s.prefill_seconds = now_s() - t1;
+  s.prefill_seconds = monotonic_seconds() - t1;
 
-  const double t2 = now_s();
+  const double t2 = monotonic_seconds();
   std::vector<int64_t> tokens, positions, lens, out_rows;
   const auto flush = [&] {
     if (lens.empty()) return;
@@ -256,7 +252,7 @@ CheckSummary check_rows(const std::vector<rollout::RolloutRecord>& rows, const R
   }
   flush();
   model::synchronize(model.compute());
-  s.packed_seconds = now_s() - t2;
+  s.packed_seconds = monotonic_seconds() - t2;
   return s;
 }
 
@@ -359,7 +355,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   for (const auto& c : options.computes) models.push_back(model::load_transformer(model_dir, c));
   const auto model_in = [&](const model::Compute& c) -> model::Transformer& {
     for (const auto& m : models) {
-      if (m->compute().device == c.device && m->compute().dtype == c.dtype) return *m;
+      if (m->compute() == c) return *m;
     }
     throw Error(
         fmt::format("calibration: {} is not among the devices and dtypes run", c.describe()));
@@ -430,8 +426,7 @@ CalibrationReport calibrate(const std::string& model_dir, const Config& config,
   // The completions checked against dishonest weights: of the b8 paged setting with the most
   // threads in the validator's compute, else of the first in that compute, else of the first.
   const auto in_validator = [&](const HonestRun& run) {
-    const auto& w = run.setting;
-    return w.device == options.validator.device && w.dtype == options.validator.dtype;
+    return run.setting.compute() == options.validator;
   };
   const HonestRun* dishonest_rows = nullptr;
   for (const auto& run : runs) {

@@ -181,7 +181,7 @@ struct CalibrationRow {
   double proof_seconds = 0;
   CheckSummary check;
   bool same_device() const { return worker.device == validator_compute.device; }
-  bool same_compute() const { return same_device() && worker.dtype == validator_compute.dtype; }
+  bool same_compute() const { return worker.compute() == validator_compute; }
 };
 
 struct CalibrationReport {

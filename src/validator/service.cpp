@@ -3,6 +3,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/identity.h"
 #include "common/logging.h"
@@ -17,10 +18,6 @@
 namespace trellis::validator {
 namespace fs = std::filesystem;
 namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 class Service {
  public:
@@ -68,9 +65,9 @@ class Service {
       try {
         if (!validate_one()) sleep();
       } catch (const std::exception& e) {
-        if (now_s() - last_warning > 10) {
+        if (monotonic_seconds() - last_warning > 10) {
           log::warn("{}", e.what());
-          last_warning = now_s();
+          last_warning = monotonic_seconds();
         }
         sleep();
       }
@@ -95,9 +92,9 @@ class Service {
       return false;
     }
     // Relays serve the pool's registered nodes: a validator registers like a worker.
-    if (now_s() - registered_at_ > 60) {
+    if (monotonic_seconds() - registered_at_ > 60) {
       client_.register_node(*identity_);
-      registered_at_ = now_s();
+      registered_at_ = monotonic_seconds();
     }
     const auto claimed = client_.claim_validation(name_);
     if (!claimed.claim) return false;

@@ -1,9 +1,9 @@
 #include "validator/validator.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "env/registry.h"
 #include "rl/rl_loop.h"
@@ -12,8 +12,6 @@
 
 namespace trellis::validator {
 namespace {
-
-double now_s() { return Budget::now_s(); }
 
 // Completions recomputed per packed forward: the budget is checked between forwards.
 constexpr size_t kRowsPerForward = 16;
@@ -99,9 +97,9 @@ void Validator::check_models(const rollout::RolloutFile& file, Budget& budget, R
   if (limits_.vocab > 0) vocab = std::min(vocab, limits_.vocab);
   // A policy download is not the file's doing: its time is not charged to the file's budget.
   const ModelOf timed = [&](int64_t version) -> model::Transformer& {
-    const double t = now_s();
+    const double t = monotonic_seconds();
     auto& model = model_of_(version);
-    budget.exclude(now_s() - t);
+    budget.exclude(monotonic_seconds() - t);
     return model;
   };
   const auto chosen = choose_rows(file.rows.size());
@@ -138,7 +136,7 @@ void Validator::check_models(const rollout::RolloutFile& file, Budget& budget, R
 
 Report Validator::validate(std::string_view bytes, const Expected& expected) {
   Report report;
-  const double t0 = now_s();
+  const double t0 = monotonic_seconds();
   Budget budget(rules_->max_file_seconds);
   auto& findings = report.findings;
   rollout::RolloutFile file;
@@ -166,9 +164,9 @@ Report Validator::validate(std::string_view bytes, const Expected& expected) {
       findings.push_back({"schema", fmt::format("the file checks failed: {}", e.what())});
     }
   }
-  report.file_seconds = now_s() - t0;
+  report.file_seconds = monotonic_seconds() - t0;
   if (findings.empty()) check_models(file, budget, report);
-  report.model_seconds = now_s() - t0 - report.file_seconds;
+  report.model_seconds = monotonic_seconds() - t0 - report.file_seconds;
   report.accepted = findings.empty();
   constexpr size_t kListed = 4;  // the orchestrator keeps reasons short
   for (size_t i = 0; i < std::min(findings.size(), kListed); ++i)

@@ -117,7 +117,8 @@ TEST_F(OrchestratorApi, AcceptsListsAndServesASignedFile) {
   EXPECT_EQ(files[0].sha256, sha256_hex(bytes));
   EXPECT_EQ(files[0].samples, 8);
   EXPECT_EQ(files[0].signal_samples, 4);
-  EXPECT_EQ(client.download(0, name), bytes);
+  EXPECT_EQ(files[0].size, static_cast<int64_t>(bytes.size()));
+  EXPECT_EQ(client.download(0, files[0]), bytes);
   EXPECT_EQ(read_file(dir_ / "rollouts" / "step_0" / name), bytes);
   EXPECT_TRUE(client.accepted(1).empty());
 
@@ -286,7 +287,7 @@ TEST_F(OrchestratorApi, WorkCoversEachStepsShortfallAndNoMore) {
   // signal sample per sample so far it takes two groups to make them up.
   const test::FileSpec fb{"run-test", b.address(), 0, 0, 0};
   EXPECT_EQ(client.submit(b, 0, 0, test::signed_file(fb, {{1, 1, 0, 0}}, b)), "accepted");
-  const test::FileSpec fd{"run-test", worker_.address(), 0, wd.submission, 0};
+  const test::FileSpec fd{"run-test", worker_.address(), 0, static_cast<int32_t>(wd.submission), 0};
   EXPECT_EQ(
       client.submit(worker_, 0, wd.submission, test::signed_file(fd, {{1, 1, 1, 1}}, worker_)),
       "accepted");
@@ -738,8 +739,10 @@ TEST_F(OrchestratorApi, ARestartedServerCarriesOn) {
   EXPECT_EQ(s.step, 1);
   EXPECT_EQ(s.policy_version, 1);
   EXPECT_EQ(s.pending, 1);
-  ASSERT_EQ(client_->accepted(0).size(), 1u);
-  EXPECT_EQ(client_->download(0, worker_.address() + "-0.parquet"), bytes);
+  const auto accepted = client_->accepted(0);
+  ASSERT_EQ(accepted.size(), 1u);
+  EXPECT_EQ(accepted[0].name, worker_.address() + "-0.parquet");
+  EXPECT_EQ(client_->download(0, accepted[0]), bytes);
   EXPECT_EQ(s.assigned, 1);
   // Open work is still the node's, and an upload URL handed out before the restart still good.
   const Assignment same = work(*client_, other, 2, 1);

@@ -141,9 +141,9 @@ TEST(OrchestratorCli, SurvivesSigkillWithEveryAcceptedFile) {
   ASSERT_EQ(step1.size(), 1u);
   EXPECT_EQ(step0[0].submission, 0);  // in acceptance order
   EXPECT_EQ(step0[1].submission, 1);
-  EXPECT_EQ(client.download(0, step0[0].name), sent[0]);
-  EXPECT_EQ(client.download(0, step0[1].name), sent[1]);
-  EXPECT_EQ(client.download(1, step1[0].name), sent[2]);
+  EXPECT_EQ(client.download(0, step0[0]), sent[0]);
+  EXPECT_EQ(client.download(0, step0[1]), sent[1]);
+  EXPECT_EQ(client.download(1, step1[0]), sent[2]);
   EXPECT_EQ(step1[0].sha256, sha256_hex(sent[2]));
 
   // It goes on: the worker's next work is step 1 again, which fills, and the counter moves.

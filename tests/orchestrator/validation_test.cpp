@@ -168,7 +168,7 @@ TEST_F(Validation, AnUploadWaitsForAVerdictThenBecomesVisible) {
   ASSERT_EQ(files.size(), 1u);
   EXPECT_EQ(files[0].name, name(worker_, 0));
   EXPECT_EQ(files[0].signal_samples, 8);
-  EXPECT_EQ(trainer_->download(0, name(worker_, 0)), bytes);
+  EXPECT_EQ(trainer_->download(0, files[0]), bytes);
   s = trainer_->status();
   EXPECT_EQ(s.validating, 0);
   EXPECT_EQ(s.accepted, 1);
@@ -586,8 +586,10 @@ TEST_F(Validation, TheQueueSurvivesARestart) {
   EXPECT_EQ(validator_->download_for_validation(d), other);
   EXPECT_EQ(validator_->download_for_validation(c), bytes);
   EXPECT_EQ(validator_->post_verdict(c.key, true, "", "v1", 4), "accepted");
-  EXPECT_EQ(trainer_->download(0, name(worker_, 0)), bytes);
-  ASSERT_EQ(trainer_->accepted(0).size(), 1u);
+  const auto accepted = trainer_->accepted(0);
+  ASSERT_EQ(accepted.size(), 1u);
+  EXPECT_EQ(accepted[0].name, name(worker_, 0));
+  EXPECT_EQ(trainer_->download(0, accepted[0]), bytes);
 
   // A verdict committed before a restart stays.
   server_->stop();

@@ -363,7 +363,7 @@ TEST_F(Pipeline, KilledWorkerAndOrchestratorLoseNoAcceptedRolloutAndTheRunComple
   for (const auto& f : before) EXPECT_TRUE(after.count(f)) << f << " was lost";
   orchestrator::Client client = operator_client(run_dir);
   const auto first = client.accepted(0).front();
-  EXPECT_EQ(sha256_hex(client.download(0, first.name)), first.sha256);
+  EXPECT_EQ(sha256_hex(client.download(0, first)), first.sha256);
   kill_matching("orchestrator " + (run_dir / "config.toml").string(), "TERM");
   EXPECT_EQ(orchestrator.get().status, 0) << "a clean shutdown on SIGTERM";
 }
