@@ -50,14 +50,16 @@ Reply send(httplib::Client& c, const char* method, const std::string& path,
     reply.body.append(data, n);
     return true;
   };
-  const httplib::Result res = c.send(req);
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const bool answered = c.send(req, res, error);  // the overload that does not copy the body
   if (too_large) {
     reply.error = fmt::format("the answer is larger than the {} bytes it may hold", max_bytes);
     reply.body.clear();
-  } else if (!res) {
-    reply.error = httplib::to_string(res.error());
+  } else if (!answered) {
+    reply.error = httplib::to_string(error);
   } else {
-    reply.status = res->status;
+    reply.status = res.status;
   }
   return reply;
 }
