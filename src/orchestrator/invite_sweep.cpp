@@ -17,6 +17,32 @@ namespace {
 // answer, and nodes that did not get one this time are found again by the next sweep.
 constexpr int64_t kMaxInvitesPerSweep = 64;
 
+// POSTs `invite` to a node's endpoint: true when it answers 200. The endpoint is whatever a
+// stranger published, so nothing of its answer is read but the status line and headers: the
+// request stops there, and an endless body costs nothing.
+bool post_invite(const std::string& endpoint, const Invite& invite, double timeout_s) {
+  httplib::Client c = http_client(endpoint, timeout_s);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/invite";
+  req.headers.emplace("Content-Type", "application/json");
+  req.body = to_json(invite).dump();
+  int status = 0;
+  req.response_handler = [&](const httplib::Response& res) {
+    status = res.status;
+    return false;  // read no body
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  // Error::Canceled once the handler has the status; an answer without a body (204) completes.
+  if (c.send(req, res, error)) status = res.status;
+  if (status != 200) {
+    log::debug("orchestrator: node {} at {} did not take its invite ({})", invite.node, endpoint,
+               status ? fmt::format("status {}", status) : httplib::to_string(error));
+  }
+  return status == 200;
+}
+
 }  // namespace
 
 SweepOptions SweepOptions::from_config(const Config& config) {
@@ -92,14 +118,9 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
     state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now,
                          m.endpoint);
     state_.record_node_metadata(m.address, discovery::to_json(m).dump(), now);  // the dashboard's
-    httplib::Client c = http_client(m.endpoint, opt_.request_timeout_s);
-    const auto res = c.Post("/invite", to_json(invite).dump(), "application/json");
-    if (res && res->status == 200) {
+    if (post_invite(m.endpoint, invite, opt_.request_timeout_s)) {
       ++accepted;
       log::info("orchestrator: invited node {} at {}", m.address, m.endpoint);
-    } else {
-      log::debug("orchestrator: node {} at {} did not take its invite ({})", m.address, m.endpoint,
-                 res ? fmt::format("status {}", res->status) : httplib::to_string(res.error()));
     }
   }
   return accepted;
