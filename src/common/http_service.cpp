@@ -104,6 +104,67 @@ httplib::Client http_client(const std::string& base_url, double timeout_s) {
   return c;
 }
 
+namespace {
+
+// The most of a server's reason or code that goes into an error message.
+constexpr size_t kMaxReasonChars = 300;
+
+}  // namespace
+
+std::string HttpReply::reason() const {
+  if (!status) return error;
+  std::string why;
+  try {
+    why = Json::parse(body).at("error").get<std::string>();
+  } catch (...) {
+    why = fmt::format("HTTP {}: {}", status, body);
+  }
+  if (why.size() > kMaxReasonChars) why = why.substr(0, kMaxReasonChars) + "...";
+  return why;
+}
+
+std::string HttpReply::code() const {
+  try {
+    std::string c = Json::parse(body).value("code", "");
+    return c.size() <= kMaxReasonChars ? c : "";
+  } catch (...) {
+    return "";
+  }
+}
+
+HttpReply http_send(httplib::Client& c, const char* method, const std::string& path,
+                    httplib::Headers headers, std::string body, const char* content_type,
+                    size_t max_bytes) {
+  httplib::Request req;
+  req.method = method;
+  req.path = path;
+  req.headers = std::move(headers);
+  if (content_type) req.headers.emplace("Content-Type", content_type);
+  req.body = std::move(body);
+  HttpReply reply;
+  bool too_large = false;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    if (n > max_bytes - reply.body.size()) {
+      too_large = true;
+      return false;  // httplib stops reading and closes the connection
+    }
+    reply.body.append(data, n);
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const bool answered = c.send(req, res, error);  // the overload that does not copy the request
+  if (too_large) {
+    reply.error = fmt::format("the answer is larger than the {} bytes it may hold", max_bytes);
+    reply.body.clear();
+  } else if (!answered) {
+    reply.error = httplib::to_string(error);
+  } else {
+    reply.status = res.status;
+  }
+  return reply;
+}
+
 httplib::Headers signed_headers(const Identity& who, const std::string& id,
                                 const std::string& method, const std::string& target,
                                 const std::string& body_sha256) {

@@ -57,6 +57,30 @@ SignedHeaders require_signed_request(const httplib::Request& req, const std::str
 // come from the process's source address (source_address.h).
 httplib::Client http_client(const std::string& base_url, double timeout_s);
 
+// What a service answered a client, read to at most a bound: a client may be pointed at any
+// server, and a hostile one must not make it hold an answer of any size.
+struct HttpReply {
+  int status = 0;     // 0: no answer (`error` says why)
+  std::string body;   // at most the bound
+  std::string error;  // the connection's failure, or the answer's size
+  bool ok() const { return status == 200; }
+  // The server's reason: its JSON {"error": ...}, else "HTTP <status>: <body>", else `error`; cut
+  // to a length that fits an error message.
+  std::string reason() const;
+  // Its JSON {"code": ...}; "" without one (or one no honest server sends).
+  std::string code() const;
+};
+
+// The most of a service's JSON answer a client holds. The largest honest one, an orchestrator's
+// GET /submissions of a long run, is a few MB.
+constexpr size_t kMaxJsonAnswerBytes = size_t{64} << 20;
+
+// Sends a request through `c` (without copying `body`) and reads at most `max_bytes` of the
+// answer: past that the transfer stops and the reply is an error. `content_type` null: none.
+HttpReply http_send(httplib::Client& c, const char* method, const std::string& path,
+                    httplib::Headers headers, std::string body, const char* content_type,
+                    size_t max_bytes = kMaxJsonAnswerBytes);
+
 // The headers of `who`'s request signed now for `id` (request_signing.h), for httplib.
 httplib::Headers signed_headers(const Identity& who, const std::string& id,
                                 const std::string& method, const std::string& target,

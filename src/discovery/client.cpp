@@ -2,10 +2,6 @@
 
 #include <httplib.h>
 
-#include <chrono>
-
-#include <fmt/format.h>
-
 #include "common/error.h"
 #include "common/hashing.h"
 #include "common/http_service.h"
@@ -13,19 +9,9 @@
 #include "common/request_signing.h"
 
 namespace trellis::discovery {
-namespace {
 
-std::string answer(const httplib::Result& res) {
-  if (!res) return "no answer (" + httplib::to_string(res.error()) + ")";
-  try {
-    return fmt::format("HTTP {}: {}", res->status,
-                       Json::parse(res->body).at("error").get<std::string>());
-  } catch (const std::exception&) {
-    return fmt::format("HTTP {}", res->status);
-  }
-}
-
-}  // namespace
+// Every answer is read through http_send, so at most kMaxJsonAnswerBytes of it: a node may be
+// pointed at any discovery service.
 
 Client::Client(std::string base_url, double timeout_s)
     : base_url_(std::move(base_url)), timeout_s_(timeout_s) {
@@ -35,13 +21,10 @@ Client::Client(std::string base_url, double timeout_s)
 const std::string& Client::id() {
   if (!id_.empty()) return id_;
   auto c = http_client(base_url_, timeout_s_);
-  auto res = c.Get("/status");
-  if (!res || res->status != 200) fail(base_url_ + "/status", "{}", answer(res));
-  try {
-    id_ = Json::parse(res->body).at("id").get<std::string>();
-  } catch (const std::exception& e) {
-    fail(base_url_ + "/status", "no id in the answer: {}", e.what());
-  }
+  const HttpReply res = http_send(c, "GET", "/status", {}, "", nullptr);
+  const std::string where = base_url_ + "/status";
+  if (!res.ok()) fail(where, "{}", res.reason());
+  id_ = json_required<std::string>(parse_json(res.body, where), "id", where);
   return id_;
 }
 
@@ -52,23 +35,23 @@ double Client::publish(const Identity& node, const NodeMetadata& m) {
   }
   const std::string path = "/nodes/" + m.address, body = to_json(m).dump();
   auto c = http_client(base_url_, timeout_s_);
-  auto res = c.Put(path, signed_headers(node, id(), "PUT", path, sha256_hex(body)), body,
-                   "application/json");
-  if (!res || res->status != 200) fail(base_url_ + path, "publication refused: {}", answer(res));
-  try {
-    return Json::parse(res->body).at("ttl_s").get<double>();
-  } catch (const std::exception& e) {
-    fail(base_url_ + path, "no ttl_s in the answer: {}", e.what());
-  }
+  const HttpReply res =
+      http_send(c, "PUT", path, signed_headers(node, id(), "PUT", path, sha256_hex(body)), body,
+                "application/json");
+  const std::string where = base_url_ + path;
+  if (!res.ok()) fail(where, "publication refused: {}", res.reason());
+  return json_required<double>(parse_json(res.body, where), "ttl_s", where);
 }
 
 std::vector<DiscoveredNode> Client::nodes(const Identity& reader) {
   auto c = http_client(base_url_, timeout_s_);
-  auto res = c.Get("/nodes", signed_headers(reader, id(), "GET", "/nodes", sha256_hex("")));
-  if (!res || res->status != 200) fail(base_url_ + "/nodes", "listing refused: {}", answer(res));
-  std::vector<DiscoveredNode> out;
+  const HttpReply res =
+      http_send(c, "GET", "/nodes", signed_headers(reader, id(), "GET", "/nodes", sha256_hex("")),
+                "", nullptr);
   const std::string where = base_url_ + "/nodes";
-  const Json j = parse_json(res->body, where);
+  if (!res.ok()) fail(where, "listing refused: {}", res.reason());
+  std::vector<DiscoveredNode> out;
+  const Json j = parse_json(res.body, where);
   if (!j.contains("nodes") || !j["nodes"].is_array()) fail(where, "no node list in the answer");
   for (const Json& n : j["nodes"]) {
     DiscoveredNode d;

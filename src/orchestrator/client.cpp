@@ -17,89 +17,17 @@
 namespace trellis::orchestrator {
 namespace {
 
-// The most an orchestrator's JSON answer may hold. The longest honest one, GET /submissions of a
-// long run, is a few MB.
-constexpr size_t kMaxAnswerBytes = size_t{64} << 20;
-// The most of a refusal's reason that goes into an error message.
-constexpr size_t kMaxReasonChars = 300;
-
-// An orchestrator's answer, read to at most a bound: a node may point at any orchestrator, and a
-// hostile one must not make it hold an answer of any size.
-struct Reply {
-  int status = 0;     // 0: no answer (`error` says why)
-  std::string body;   // at most the bound
-  std::string error;  // the connection's failure, or the answer's size
-  bool ok() const { return status == 200; }
-};
-
-Reply send(httplib::Client& c, const char* method, const std::string& path,
-           httplib::Headers headers, std::string body, const char* content_type, size_t max_bytes) {
-  httplib::Request req;
-  req.method = method;
-  req.path = path;
-  req.headers = std::move(headers);
-  if (content_type) req.headers.emplace("Content-Type", content_type);
-  req.body = std::move(body);
-  Reply reply;
-  bool too_large = false;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    if (n > max_bytes - reply.body.size()) {
-      too_large = true;
-      return false;  // httplib stops reading and closes the connection
-    }
-    reply.body.append(data, n);
-    return true;
-  };
-  httplib::Response res;
-  httplib::Error error = httplib::Error::Success;
-  const bool answered = c.send(req, res, error);  // the overload that does not copy the body
-  if (too_large) {
-    reply.error = fmt::format("the answer is larger than the {} bytes it may hold", max_bytes);
-    reply.body.clear();
-  } else if (!answered) {
-    reply.error = httplib::to_string(error);
-  } else {
-    reply.status = res.status;
-  }
-  return reply;
+HttpReply get(httplib::Client& c, const std::string& path, size_t max_bytes = kMaxJsonAnswerBytes) {
+  return http_send(c, "GET", path, {}, "", nullptr, max_bytes);
 }
 
-Reply get(httplib::Client& c, const std::string& path, size_t max_bytes = kMaxAnswerBytes) {
-  return send(c, "GET", path, {}, "", nullptr, max_bytes);
-}
-
-Reply post(httplib::Client& c, const std::string& path, std::string json_body,
-           httplib::Headers headers = {}) {
-  return send(c, "POST", path, std::move(headers), std::move(json_body), "application/json",
-              kMaxAnswerBytes);
-}
-
-// The server's reason from a JSON {"error": ...} body, else the body itself; cut to a length that
-// fits an error message.
-std::string reason(const Reply& res) {
-  if (!res.status) return res.error;
-  std::string why;
-  try {
-    why = Json::parse(res.body).at("error").get<std::string>();
-  } catch (...) {
-    why = fmt::format("HTTP {}: {}", res.status, res.body);
-  }
-  if (why.size() > kMaxReasonChars) why = why.substr(0, kMaxReasonChars) + "...";
-  return why;
+HttpReply post(httplib::Client& c, const std::string& path, std::string json_body,
+               httplib::Headers headers = {}) {
+  return http_send(c, "POST", path, std::move(headers), std::move(json_body), "application/json");
 }
 
 // Attempts of an upload the orchestrator answers 503 busy, a second apart.
 constexpr int kBusyRetries = 60;
-
-// The refusal's code ({"code": ...}; "" without one, or with one no honest server sends).
-std::string code(const Reply& res) {
-  try {
-    std::string c = Json::parse(res.body).value("code", "");
-    return c.size() <= kMaxReasonChars ? c : "";
-  } catch (...) {
-    return "";
-  }
-}
 
 // One object of an orchestrator's answer, read field by field with json_required's checks. A node
 // or operator may point at any orchestrator, so its answers are hostile input: a missing field, a
@@ -185,7 +113,7 @@ Json get_json(const std::string& base, const std::string& token, double timeout_
               const std::string& path) {
   auto c = connect(base, token, timeout_s);
   auto res = get(c, path);
-  if (!res.ok()) fail(base + path, "request failed: {}", reason(res));
+  if (!res.ok()) fail(base + path, "request failed: {}", res.reason());
   return parse_answer(res.body, base + path);
 }
 
@@ -237,7 +165,7 @@ WorkAnswer Client::request_work(const Identity& node, int64_t held_version, int6
       {"policy_version", held_version},
       {"groups", max_groups}}.dump();
   auto res = post(c, path, body, signed_headers(node, run_id(), "POST", path, sha256_hex(body)));
-  if (!res.ok()) fail(base_url_ + path, "asking for work failed: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + path, "asking for work failed: {}", res.reason());
   const std::string where = base_url_ + path;
   const Json body_json = parse_answer(res.body, where);
   const Answer j(body_json, where);
@@ -266,25 +194,25 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
        file_bytes.size()}}.dump();
   auto res = post(c, "/submissions", body,
                   signed_headers(node, run_id(), "POST", "/submissions", sha256_hex(body)));
-  if (res.status == 409 && code(res) == "dropped") return "dropped";
-  if (!res.ok()) fail(where, "upload refused: {}", reason(res));
+  if (res.status == 409 && res.code() == "dropped") return "dropped";
+  if (!res.ok()) fail(where, "upload refused: {}", res.reason());
   const std::string url =
       Answer(parse_answer(res.body, where), where).get<std::string>("upload_url");
   // A busy orchestrator (503 busy: as many uploads as it takes at once) is asked again, each time
   // with a fresh signature, for up to a minute.
   const auto put_file = [&] {
-    return send(c, "PUT", url, signed_headers(node, run_id(), "PUT", url, file_sha256),
-                std::string(file_bytes), "application/vnd.apache.parquet", kMaxAnswerBytes);
+    return http_send(c, "PUT", url, signed_headers(node, run_id(), "PUT", url, file_sha256),
+                     std::string(file_bytes), "application/vnd.apache.parquet");
   };
   auto put = put_file();
-  for (int attempt = 1; put.status == 503 && code(put) == "busy" && attempt <= kBusyRetries;
+  for (int attempt = 1; put.status == 503 && put.code() == "busy" && attempt <= kBusyRetries;
        ++attempt) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     put = put_file();
   }
-  if (put.status == 409 && code(put) == "dropped") return "dropped";
+  if (put.status == 409 && put.code() == "dropped") return "dropped";
   if (put.status != 200 && put.status != 202) {
-    fail(where, "upload rejected: {}", reason(put));
+    fail(where, "upload rejected: {}", put.reason());
   }
   return Answer(parse_answer(put.body, where), where).get<std::string>("status");
 }
@@ -312,7 +240,7 @@ std::string Client::download(int64_t step, const AcceptedFile& file) {
   const std::string path = fmt::format("/rollouts/step_{}/{}", step, file.name);
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = get(c, path, static_cast<size_t>(std::max<int64_t>(file.size, 0)));
-  if (!res.ok()) fail(base_url_ + path, "download failed: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + path, "download failed: {}", res.reason());
   return std::move(res.body);
 }
 
@@ -322,7 +250,7 @@ void Client::publish_version(int64_t version, const std::string& public_key) {
   if (!public_key.empty()) body["public_key"] = public_key;
   auto res = post(c, "/trainer/version", body.dump());
   if (!res.ok())
-    fail(base_url_ + "/trainer/version", "publishing version {} failed: {}", version, reason(res));
+    fail(base_url_ + "/trainer/version", "publishing version {} failed: {}", version, res.reason());
 }
 
 void Client::report_metrics(int64_t step, const Json& metrics) {
@@ -330,7 +258,7 @@ void Client::report_metrics(int64_t step, const Json& metrics) {
   const Json body{{"step", step}, {"metrics", metrics}};
   auto res = post(c, "/trainer/metrics", body.dump());
   if (!res.ok())
-    fail(base_url_ + "/trainer/metrics", "reporting step {} failed: {}", step, reason(res));
+    fail(base_url_ + "/trainer/metrics", "reporting step {} failed: {}", step, res.reason());
 }
 
 void Client::register_node(const Identity& node, const std::string& invite) {
@@ -341,7 +269,7 @@ void Client::register_node(const Identity& node, const std::string& invite) {
   auto res =
       post(c, "/nodes", body, signed_headers(node, run_id(), "POST", "/nodes", sha256_hex(body)));
   if (!res.ok()) {
-    fail(base_url_ + "/nodes", "registering node {} failed: {}", node.address(), reason(res));
+    fail(base_url_ + "/nodes", "registering node {} failed: {}", node.address(), res.reason());
   }
 }
 
@@ -352,9 +280,10 @@ Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = post(c, "/heartbeat", body,
                   signed_headers(node, run_id(), "POST", "/heartbeat", sha256_hex(body)));
-  if (res.status == 403) return {.refused = code(res), .why = reason(res)};
+  if (res.status == 403) return {.refused = res.code(), .why = res.reason()};
   if (!res.ok()) {
-    fail(base_url_ + "/heartbeat", "heartbeat of node {} refused: {}", node.address(), reason(res));
+    fail(base_url_ + "/heartbeat", "heartbeat of node {} refused: {}", node.address(),
+         res.reason());
   }
   const std::string where = base_url_ + "/heartbeat";
   const Json body_json = parse_answer(res.body, where);
@@ -369,7 +298,7 @@ std::string Client::node_logs(const std::string& address, int64_t lines) {
   const std::string path = fmt::format("/nodes/{}/logs?lines={}", address, lines);
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = get(c, path);
-  if (!res.ok()) fail(base_url_ + path, "no logs: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + path, "no logs: {}", res.reason());
   return res.body;
 }
 
@@ -387,7 +316,7 @@ int64_t Client::create_task(const std::string& role, const std::string& config,
   if (!node.empty()) j["node"] = node;
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = post(c, "/tasks", j.dump());
-  if (!res.ok()) fail(base_url_ + "/tasks", "task refused: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + "/tasks", "task refused: {}", res.reason());
   const std::string where = base_url_ + "/tasks";
   return Answer(parse_answer(res.body, where), where).get<int64_t>("id");
 }
@@ -396,14 +325,14 @@ void Client::evict(const std::string& address, const std::string& why) {
   const std::string path = "/nodes/" + address + "/evict";
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = post(c, path, Json{{"reason", why}}.dump());
-  if (!res.ok()) fail(base_url_ + path, "eviction failed: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + path, "eviction failed: {}", res.reason());
 }
 
 int64_t Client::deposit_stake(const std::string& address, int64_t amount) {
   const std::string path = "/nodes/" + address + "/stake";
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = post(c, path, Json{{"amount", amount}}.dump());
-  if (!res.ok()) fail(base_url_ + path, "deposit refused: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + path, "deposit refused: {}", res.reason());
   const std::string where = base_url_ + path;
   return Answer(parse_answer(res.body, where), where).get<int64_t>("stake");
 }
@@ -412,7 +341,7 @@ void Client::approve(const std::string& address) {
   const std::string path = "/nodes/" + address + "/approve";
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = post(c, path, "");
-  if (!res.ok()) fail(base_url_ + path, "approval refused: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + path, "approval refused: {}", res.reason());
 }
 
 Allowlist Client::allowlist() {
@@ -485,7 +414,7 @@ ClaimResult Client::claim_validation(const std::string& validator_name) {
   const std::string path = "/validation/claim";
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = post(c, path, Json{{"validator", validator_name}}.dump());
-  if (!res.ok()) fail(base_url_ + path, "claim failed: {}", reason(res));
+  if (!res.ok()) fail(base_url_ + path, "claim failed: {}", res.reason());
   const std::string where = base_url_ + path;
   const Json body = parse_answer(res.body, where);
   const Answer j(body, where);
@@ -514,7 +443,7 @@ std::string Client::download_for_validation(const ValidationClaim& claim) {
   auto c = connect(base_url_, token_, timeout_s_);
   auto res = get(c, claim.file, static_cast<size_t>(std::max<int64_t>(claim.size, 0)));
   if (!res.ok()) {
-    fail(base_url_ + claim.file, "download for validation failed: {}", reason(res));
+    fail(base_url_ + claim.file, "download for validation failed: {}", res.reason());
   }
   return std::move(res.body);
 }
@@ -539,7 +468,7 @@ std::string Client::post_verdict(const SubmissionKey& key, bool accept, const st
   auto res = post(c, path, body.dump());
   const std::string where = fmt::format("{}{} (step {} submission {} of node {})", base_url_, path,
                                         key.step, key.submission, key.node_address);
-  if (!res.ok()) fail(where, "verdict refused: {}", reason(res));
+  if (!res.ok()) fail(where, "verdict refused: {}", res.reason());
   return Answer(parse_answer(res.body, where), where).get<std::string>("status");
 }
 

@@ -257,6 +257,43 @@ TEST_P(Discovery, TheCommandServesAndRefusesAReaderThatIsNoAddress) {
 INSTANTIATE_TEST_SUITE_P(Backends, Discovery, ::testing::Values("sqlite", "redis"),
                          [](const auto& info) { return info.param; });
 
+// A node may be pointed at any discovery service: an answer past the bound is cut off while read
+// (without it, the client held the whole 70 MiB status), and a refusal's reason is cut short.
+TEST(DiscoveryClient, AHostileServicesAnswersAreBounded) {
+  std::string status_body, refusal;
+  httplib::Server hostile;
+  hostile.Get("/status", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(status_body, "application/json");
+  });
+  hostile.Put(".*", [&](const httplib::Request&, httplib::Response& res) {
+    res.status = 403;
+    res.set_content(refusal, "application/json");
+  });
+  const int port = hostile.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { hostile.listen_after_bind(); });
+  const Identity node = Identity::generate();
+  NodeMetadata m = metadata(node);
+
+  status_body = Json{{"id", std::string(size_t{70} << 20, 'x')}}.dump();
+  Client big("http://127.0.0.1:" + std::to_string(port));
+  EXPECT_CONTAINS(test::error_of([&] { big.publish(node, m); }),
+                  "the answer is larger than the 67108864 bytes it may hold");
+
+  status_body = Json{{"id", 1e41}}.dump();
+  Client wrong_type("http://127.0.0.1:" + std::to_string(port));
+  EXPECT_CONTAINS(test::error_of([&] { wrong_type.publish(node, m); }),
+                  "field 'id' has the wrong type (number)");
+
+  status_body = Json{{"id", "discovery-1"}}.dump();
+  refusal = Json{{"error", std::string(1 << 20, 'y')}}.dump();
+  Client refused("http://127.0.0.1:" + std::to_string(port));
+  const std::string e = test::error_of([&] { refused.publish(node, m); });
+  EXPECT_CONTAINS(e, "publication refused: yyy");
+  EXPECT_LT(e.size(), 1000u);
+  hostile.stop();
+  serving.join();
+}
+
 // Redis that does not answer is named with how to fix it.
 TEST(DiscoveryRedis, AnUnreachableRedisIsNamed) {
   ServerOptions o;
@@ -324,7 +361,7 @@ TEST(DiscoveryRedis, APasswordProtectedRedisServesOnlyTheLogin) {
   // The lost connection is the service's failure: 503, logged, nothing of the store's address
   // or its error told to the client.
   const std::string lost = test::error_of([&] { client.nodes(orchestrator); });
-  EXPECT_CONTAINS(lost, "HTTP 503: the discovery store is unavailable");
+  EXPECT_CONTAINS(lost, "the discovery store is unavailable");
   EXPECT_EQ(lost.find(redis->address()), std::string::npos) << lost;
   const Identity other = Identity::generate();
   client.publish(other, metadata(other));
