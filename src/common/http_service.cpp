@@ -115,7 +115,7 @@ std::string HttpReply::reason() const {
   if (!status) return error;
   std::string why;
   try {
-    why = Json::parse(body).at("error").get<std::string>();
+    why = parse_json(body, "").at("error").get<std::string>();
   } catch (...) {
     why = fmt::format("HTTP {}: {}", status, body);
   }
@@ -125,7 +125,7 @@ std::string HttpReply::reason() const {
 
 std::string HttpReply::code() const {
   try {
-    std::string c = Json::parse(body).value("code", "");
+    std::string c = parse_json(body, "").value("code", "");
     return c.size() <= kMaxReasonChars ? c : "";
   } catch (...) {
     return "";

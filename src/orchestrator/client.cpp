@@ -69,15 +69,6 @@ class Answer {
   std::string where_;
 };
 
-// The body of an orchestrator's answer, parsed.
-Json parse_answer(const std::string& body, const std::string& where) {
-  try {
-    return Json::parse(body);
-  } catch (const Json::exception& e) {
-    fail(where, "the orchestrator's answer is not JSON: {}", e.what());
-  }
-}
-
 // A task as the API writes it (GET /tasks, the heartbeat's answer).
 Task task_of(const Answer& t) {
   return Task{t.get<int64_t>("id"),         t.get<std::string>("role"),
@@ -114,7 +105,7 @@ Json get_json(const std::string& base, const std::string& token, double timeout_
   auto c = connect(base, token, timeout_s);
   auto res = get(c, path);
   if (!res.ok()) fail(base + path, "request failed: {}", res.reason());
-  return parse_answer(res.body, base + path);
+  return parse_json(res.body, base + path);
 }
 
 }  // namespace
@@ -167,7 +158,7 @@ WorkAnswer Client::request_work(const Identity& node, int64_t held_version, int6
   auto res = post(c, path, body, signed_headers(node, run_id(), "POST", path, sha256_hex(body)));
   if (!res.ok()) fail(base_url_ + path, "asking for work failed: {}", res.reason());
   const std::string where = base_url_ + path;
-  const Json body_json = parse_answer(res.body, where);
+  const Json body_json = parse_json(res.body, where);
   const Answer j(body_json, where);
   WorkAnswer out;
   out.wait_reason = j.get<std::string>("reason");
@@ -196,8 +187,7 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
                   signed_headers(node, run_id(), "POST", "/submissions", sha256_hex(body)));
   if (res.status == 409 && res.code() == "dropped") return "dropped";
   if (!res.ok()) fail(where, "upload refused: {}", res.reason());
-  const std::string url =
-      Answer(parse_answer(res.body, where), where).get<std::string>("upload_url");
+  const std::string url = Answer(parse_json(res.body, where), where).get<std::string>("upload_url");
   // A busy orchestrator (503 busy: as many uploads as it takes at once) is asked again, each time
   // with a fresh signature, for up to a minute.
   const auto put_file = [&] {
@@ -214,7 +204,7 @@ std::string Client::submit(const Identity& node, int64_t step, int64_t submissio
   if (put.status != 200 && put.status != 202) {
     fail(where, "upload rejected: {}", put.reason());
   }
-  return Answer(parse_answer(put.body, where), where).get<std::string>("status");
+  return Answer(parse_json(put.body, where), where).get<std::string>("status");
 }
 
 std::vector<AcceptedFile> Client::accepted(int64_t step) {
@@ -286,7 +276,7 @@ Client::Beat Client::heartbeat(const Identity& node, const std::string& state) {
          res.reason());
   }
   const std::string where = base_url_ + "/heartbeat";
-  const Json body_json = parse_answer(res.body, where);
+  const Json body_json = parse_json(res.body, where);
   const Answer a(body_json, where);
   Beat beat;
   beat.interval_s = a.get<double>("interval_s");
@@ -318,7 +308,7 @@ int64_t Client::create_task(const std::string& role, const std::string& config,
   auto res = post(c, "/tasks", j.dump());
   if (!res.ok()) fail(base_url_ + "/tasks", "task refused: {}", res.reason());
   const std::string where = base_url_ + "/tasks";
-  return Answer(parse_answer(res.body, where), where).get<int64_t>("id");
+  return Answer(parse_json(res.body, where), where).get<int64_t>("id");
 }
 
 void Client::evict(const std::string& address, const std::string& why) {
@@ -334,7 +324,7 @@ int64_t Client::deposit_stake(const std::string& address, int64_t amount) {
   auto res = post(c, path, Json{{"amount", amount}}.dump());
   if (!res.ok()) fail(base_url_ + path, "deposit refused: {}", res.reason());
   const std::string where = base_url_ + path;
-  return Answer(parse_answer(res.body, where), where).get<int64_t>("stake");
+  return Answer(parse_json(res.body, where), where).get<int64_t>("stake");
 }
 
 void Client::approve(const std::string& address) {
@@ -416,7 +406,7 @@ ClaimResult Client::claim_validation(const std::string& validator_name) {
   auto res = post(c, path, Json{{"validator", validator_name}}.dump());
   if (!res.ok()) fail(base_url_ + path, "claim failed: {}", res.reason());
   const std::string where = base_url_ + path;
-  const Json body = parse_answer(res.body, where);
+  const Json body = parse_json(res.body, where);
   const Answer j(body, where);
   ClaimResult out;
   out.policy_version = j.get<int64_t>("policy_version");
@@ -469,7 +459,7 @@ std::string Client::post_verdict(const SubmissionKey& key, bool accept, const st
   const std::string where = fmt::format("{}{} (step {} submission {} of node {})", base_url_, path,
                                         key.step, key.submission, key.node_address);
   if (!res.ok()) fail(where, "verdict refused: {}", res.reason());
-  return Answer(parse_answer(res.body, where), where).get<std::string>("status");
+  return Answer(parse_json(res.body, where), where).get<std::string>("status");
 }
 
 }  // namespace trellis::orchestrator
