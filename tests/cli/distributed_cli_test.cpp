@@ -8,6 +8,7 @@
 // untrained tiny model's groups a signal.
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -153,15 +154,43 @@ TEST_F(DistributedCli, TwoRanksTrainAsOneAndResumeEachOthersCheckpoints) {
   }
 }
 
+// Whether a socket of this machine listens on TCP `port` (any address, IPv4 or IPv6), as
+// /proc/net/tcp{,6} list them: "sl local_address(HEX_IP:HEX_PORT) rem_address st(0A = LISTEN) ...".
+bool listening_on(int port) {
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream rows(read_file(table));
+    std::string row;
+    std::getline(rows, row);  // the header
+    while (std::getline(rows, row)) {
+      std::istringstream fields(row);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const size_t colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos &&
+          std::stoi(local.substr(colon + 1), nullptr, 16) == port)
+        return true;
+    }
+  }
+  return false;
+}
+
 TEST_F(DistributedCli, ARankThatFailsEndsEveryRankWithItsError) {
-  // Two "machines" on loopback: rank 0, and a rank 1 whose model cannot be loaded.
-  const std::string rdzv = "127.0.0.1:" + std::to_string(test::free_port());
-  test::TrellisProcess leader(
-      {"rl", std::string(TRELLIS_SOURCE_DIR) + "/examples/reverse_text.toml", "--set",
-       "model.path=" + (dir_ / "base").string(), "--run-dir", (dir_ / "failing").string(),
-       "--threads", "1", "--nnodes", "2", "--node-rank", "0", "--rdzv", rdzv});
-  const auto follower = run_trellis("rl " + args((dir_ / "no-such-model").string()) +
-                                    " --nnodes 2 --node-rank 1 --rdzv " + rdzv);
+  // Two "machines" on loopback: rank 0, and a rank 1 whose model cannot be loaded. Rank 1 starts
+  // once rank 0's store listens: started earlier, its connect() retries to the unbound port may
+  // take that very port as their local one (a loopback self-connect), and rank 0 cannot bind.
+  // Both wait at most 120 s for a peer, so that a failure here cannot hold CI for 15 minutes.
+  const int port = test::free_port();
+  const std::string rdzv = "127.0.0.1:" + std::to_string(port);
+  const std::string timeout = "trainer.collective_timeout_s=120";
+  test::TrellisProcess leader({"rl",
+                               std::string(TRELLIS_SOURCE_DIR) + "/examples/reverse_text.toml",
+                               "--set", "model.path=" + (dir_ / "base").string(), "--set", timeout,
+                               "--run-dir", (dir_ / "failing").string(), "--threads", "1",
+                               "--nnodes", "2", "--node-rank", "0", "--rdzv", rdzv});
+  ASSERT_TRUE(wait_for([&] { return listening_on(port) || leader.exited(); }, 60));
+  ASSERT_FALSE(leader.exited()) << leader.log();
+  const auto follower = run_trellis("rl " + args((dir_ / "no-such-model").string()) + " --set " +
+                                    timeout + " --nnodes 2 --node-rank 1 --rdzv " + rdzv);
   EXPECT_NE(follower.status, 0);
   EXPECT_CONTAINS(follower.output, "no-such-model");
   EXPECT_NE(leader.wait(std::chrono::seconds(60)), 0);
