@@ -1,47 +1,20 @@
 #include "orchestrator/invite_sweep.h"
 
-#include <httplib.h>
-
 #include <chrono>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "common/http_service.h"
 #include "common/logging.h"
 #include "orchestrator/invite.h"
+#include "orchestrator/invite_post.h"
 
 namespace trellis::orchestrator {
 namespace {
 
-// Invites sent per sweep, at most: each may wait request_timeout_s for a node that does not
-// answer, and nodes that did not get one this time are found again by the next sweep.
+// Invites sent per sweep, at most: nodes that did not get one this time are found again by the
+// next sweep.
 constexpr int64_t kMaxInvitesPerSweep = 64;
-
-// POSTs `invite` to a node's endpoint: true when it answers 200. The endpoint is whatever a
-// stranger published, so nothing of its answer is read but the status line and headers: the
-// request stops there, and an endless body costs nothing.
-bool post_invite(const std::string& endpoint, const Invite& invite, double timeout_s) {
-  httplib::Client c = http_client(endpoint, timeout_s);
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/invite";
-  req.headers.emplace("Content-Type", "application/json");
-  req.body = to_json(invite).dump();
-  int status = 0;
-  req.response_handler = [&](const httplib::Response& res) {
-    status = res.status;
-    return false;  // read no body
-  };
-  httplib::Response res;
-  httplib::Error error = httplib::Error::Success;
-  // Error::Canceled once the handler has the status; an answer without a body (204) completes.
-  if (c.send(req, res, error)) status = res.status;
-  if (status != 200) {
-    log::debug("orchestrator: node {} at {} did not take its invite ({})", invite.node, endpoint,
-               status ? fmt::format("status {}", status) : httplib::to_string(error));
-  }
-  return status == 200;
-}
 
 }  // namespace
 
@@ -102,25 +75,36 @@ void InviteSweep::loop(std::string orchestrator_url) {
 
 int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   const Identity& keeper = state_.ledger().keeper();
-  int64_t accepted = 0, sent = 0;
   state_.forget_expired_invites(unix_seconds());
+  std::vector<Invite> invites;
+  std::vector<InvitePost> posts;
   for (const discovery::DiscoveredNode& d : discovery_.nodes(keeper)) {
     const auto& m = d.metadata;
     const double now = unix_seconds();
-    if (sent == kMaxInvitesPerSweep) break;  // the rest next time: a sweep stays short
+    if (std::ssize(invites) == kMaxInvitesPerSweep) break;  // the rest next time
     if (!state_.wants_invite(m.address, now)) continue;
     if (!discovery::unmet(m.hardware, opt_.requirements).empty()) continue;
-    ++sent;
-    const Invite invite =
-        make_invite(keeper, state_.run_id(), opt_.domain, m.address, orchestrator_url,
-                    static_cast<int64_t>(now), opt_.invite_ttl_s);
+    Invite invite = make_invite(keeper, state_.run_id(), opt_.domain, m.address, orchestrator_url,
+                                static_cast<int64_t>(now), opt_.invite_ttl_s);
     // Recorded first: the node may register before its answer reaches us.
     state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now,
                          m.endpoint);
     state_.record_node_metadata(m.address, discovery::to_json(m).dump(), now);  // the dashboard's
-    if (post_invite(m.endpoint, invite, opt_.request_timeout_s)) {
+    posts.push_back({m.endpoint, to_json(invite).dump()});
+    invites.push_back(std::move(invite));
+  }
+  if (posts.empty()) return 0;
+  const std::vector<InviteAnswer> answers = post_invites(posts, opt_.request_timeout_s);
+  int64_t accepted = 0;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i].accepted()) {
       ++accepted;
-      log::info("orchestrator: invited node {} at {}", m.address, m.endpoint);
+      log::info("orchestrator: invited node {} at {}", invites[i].node, posts[i].endpoint);
+    } else {
+      log::debug(
+          "orchestrator: node {} at {} did not take its invite ({})", invites[i].node,
+          posts[i].endpoint,
+          answers[i].status ? fmt::format("status {}", answers[i].status) : answers[i].error);
     }
   }
   return accepted;

@@ -6,7 +6,8 @@
 // ledger. A node that died (no heartbeats) returns the same way: it is invited again.
 //
 // The endpoint is a stranger's URL: the orchestrator sends it one small POST per invite lifetime,
-// with short time-outs, and reads nothing of the answer but its status.
+// all of a sweep's invites at once, each within request_timeout_s for the whole exchange, and reads
+// nothing of an answer but its status (invite_post.h).
 #pragma once
 
 #include <atomic>
@@ -29,7 +30,7 @@ struct SweepOptions {
   int64_t invite_ttl_s = 60;
   std::string domain;  // what the pool trains (env.name unless set)
   discovery::Requirements requirements;
-  double request_timeout_s = 2;  // per node endpoint and for discovery
+  double request_timeout_s = 2;  // per invite (the whole exchange), and per read from discovery
 
   // [orchestrator] discovery_url, invite_sweep_s, invite_ttl_s, domain and requirements.
   static SweepOptions from_config(const Config& config);

@@ -1,13 +1,19 @@
-// The invite sweep against a hostile node endpoint: the orchestrator posts invites to whatever URL
-// a stranger publishes in discovery, so it must read nothing of the answer but its status.
+// The invite sweep against hostile node endpoints: the orchestrator posts invites to whatever URL
+// a stranger publishes in discovery, so it must read nothing of an answer but its status, and no
+// endpoint may hold the sweep past its deadline or delay another node's invite.
 #include "orchestrator/invite_sweep.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -15,22 +21,131 @@
 #include "common/identity.h"
 #include "discovery/client.h"
 #include "discovery/server.h"
+#include "nginx_process.h"  // free_port
+#include "orchestrator/invite_post.h"
 #include "orchestrator/state.h"
 
 namespace trellis::test {
 namespace {
 
 namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 
-// Without the handler that stops at the status, the orchestrator read the whole gigabyte into
-// memory (and an endless body until it ran out).
-TEST(InviteSweep, ANodeEndpointsEndlessAnswerIsNotRead) {
-  const fs::path dir =
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A node endpoint that writes raw bytes, as an attacker's may: it accepts connections on
+// loopback, one at a time, reads each request and hands the connection to `answer`.
+class RawEndpoint {
+ public:
+  explicit RawEndpoint(std::function<void(int fd)> answer) : answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "cannot listen on loopback";
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~RawEndpoint() {
+    stopping_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // Writes all of `bytes`; false once the orchestrator has hung up.
+  static bool send_all(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, 50) != 1) continue;
+      const int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      read_request(c);
+      answer_(c);
+      ::close(c);
+    }
+  }
+  // The request's headers and its Content-Length of body (an invite is small).
+  static void read_request(int fd) {
+    std::string got;
+    char buf[4096];
+    size_t body_at = std::string::npos, length = 0;
+    while (body_at == std::string::npos || got.size() < body_at + length) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return;
+      got.append(buf, static_cast<size_t>(n));
+      if (body_at == std::string::npos && (body_at = got.find("\r\n\r\n")) != std::string::npos) {
+        body_at += 4;
+        const size_t h = got.find("Content-Length: ");
+        if (h != std::string::npos && h < body_at) length = std::stoul(got.substr(h + 16));
+      }
+    }
+  }
+
+  std::function<void(int)> answer_;
+  int fd_ = -1, port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+// An orchestrator's state and a discovery service that lists the nodes a test publishes.
+class InviteSweep : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    discovery::ServerOptions d;
+    d.port = 0;
+    d.data_dir = dir_ / "discovery";
+    d.readers = {keeper_.address()};
+    discovery_ = std::make_unique<discovery::Server>(d);
+    discovery_->start();
+    state_ = std::make_unique<orchestrator::State>(dir_ / "state.sqlite", "run-1", keeper_);
+    options_.discovery_url = discovery_->url();
+    options_.domain = "math";
+  }
+  void TearDown() override {
+    discovery_->stop();
+    fs::remove_all(dir_);
+  }
+  // A new node whose endpoint is `endpoint`, in discovery.
+  void publish(const std::string& endpoint) {
+    const Identity node = Identity::generate();
+    discovery::NodeMetadata m;
+    m.address = node.address();
+    m.endpoint = endpoint;
+    m.hardware = {"AMD EPYC", 2, 24 * 1024, 100 * 1024, 1000, {}};
+    m.software_version = "0.1.0";
+    discovery::Client(discovery_->url()).publish(node, m);
+  }
+
+  const fs::path dir_ =
       fs::temp_directory_path() / ("trellis_invite_sweep_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const Identity keeper = Identity::generate(), node = Identity::generate();
+  const Identity keeper_ = Identity::generate();
+  std::unique_ptr<discovery::Server> discovery_;
+  std::unique_ptr<orchestrator::State> state_;
+  orchestrator::SweepOptions options_;
+};
 
+// Without the stop at the first byte of the body, the orchestrator read the whole gigabyte into
+// memory (and an endless body until it ran out).
+TEST_F(InviteSweep, ANodeEndpointsEndlessAnswerIsNotRead) {
   // The node's endpoint: takes the invite and answers 200 with a body of 1 GiB, counting what it
   // manages to send before the orchestrator hangs up.
   constexpr int64_t kOffered = int64_t{1} << 30;
@@ -53,29 +168,13 @@ TEST(InviteSweep, ANodeEndpointsEndlessAnswerIsNotRead) {
   });
   const int endpoint_port = endpoint.bind_to_any_port("127.0.0.1");
   std::thread serving([&] { endpoint.listen_after_bind(); });
+  publish("http://127.0.0.1:" + std::to_string(endpoint_port));
 
-  discovery::ServerOptions d;
-  d.port = 0;
-  d.data_dir = dir / "discovery";
-  d.readers = {keeper.address()};
-  discovery::Server discovery(d);
-  discovery.start();
-  discovery::NodeMetadata m;
-  m.address = node.address();
-  m.endpoint = "http://127.0.0.1:" + std::to_string(endpoint_port);
-  m.hardware = {"AMD EPYC", 2, 24 * 1024, 100 * 1024, 1000, {}};
-  m.software_version = "0.1.0";
-  discovery::Client(discovery.url()).publish(node, m);
-
-  orchestrator::State state(dir / "state.sqlite", "run-1", keeper);
-  orchestrator::SweepOptions options;
-  options.discovery_url = discovery.url();
-  options.domain = "math";
-  orchestrator::InviteSweep sweep(options, state);
+  orchestrator::InviteSweep sweep(options_, *state_);
   EXPECT_EQ(sweep.sweep_once("http://127.0.0.1:1"), 1) << "the node took its invite";
 
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!finished && std::chrono::steady_clock::now() < deadline) {
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (!finished && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(finished) << "the endpoint is still sending";
@@ -83,8 +182,108 @@ TEST(InviteSweep, ANodeEndpointsEndlessAnswerIsNotRead) {
   EXPECT_LT(sent.load(), int64_t{64} << 20) << "bytes of the answer the orchestrator took";
   endpoint.stop();
   serving.join();
-  discovery.stop();
-  fs::remove_all(dir);
+}
+
+// An endpoint that sends its answer's headers a byte at a time, each within the per-read
+// time-out, held the sweep for as long as it kept at it (httplib had no deadline per request),
+// and the other nodes' invites waited behind it. Now it costs its own deadline and no more.
+TEST_F(InviteSweep, ATricklingEndpointDelaysNoOtherNodesInvite) {
+  constexpr double kTrickleFor = 30;
+  std::atomic<double> trickled_s{-1};
+  RawEndpoint trickler([&](int fd) {
+    const auto t0 = Clock::now();
+    bool open = RawEndpoint::send_all(fd, "HTTP/1.1 200 OK\r\nX-Slow: ");
+    while (open && seconds_since(t0) < kTrickleFor) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      open = RawEndpoint::send_all(fd, "a");
+    }
+    trickled_s = seconds_since(t0);
+  });
+  httplib::Server honest;
+  honest.Post("/invite", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{}", "application/json");
+  });
+  const int honest_port = honest.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { honest.listen_after_bind(); });
+  publish(trickler.url());
+  publish("http://127.0.0.1:" + std::to_string(honest_port));
+
+  options_.request_timeout_s = 1;
+  orchestrator::InviteSweep sweep(options_, *state_);
+  const auto t0 = Clock::now();
+  EXPECT_EQ(sweep.sweep_once("http://127.0.0.1:1"), 1) << "the honest node took its invite";
+  EXPECT_LT(seconds_since(t0), 10) << "the sweep waited on the trickling endpoint";
+
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (trickled_s < 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(trickled_s, 0) << "the trickler never stopped";
+  EXPECT_LT(trickled_s, 10) << "seconds before the orchestrator hung up on the trickler";
+  honest.stop();
+  serving.join();
+}
+
+// Headers without end, as fast as loopback takes them: the exchange stops at the bound, well
+// before its deadline, having read 64 KiB of them.
+TEST(InvitePost, EndlessHeadersAreCutOffAtTheirBound) {
+  std::atomic<int64_t> sent{0};
+  RawEndpoint flood([&](int fd) {
+    const std::string line = "X-Flood: " + std::string(1000, 'a') + "\r\n";
+    bool open = RawEndpoint::send_all(fd, "HTTP/1.1 200 OK\r\n");
+    while (open && sent < (int64_t{4} << 30)) {
+      open = RawEndpoint::send_all(fd, line);
+      sent += static_cast<int64_t>(line.size());
+    }
+  });
+  const auto answers = orchestrator::post_invites({{flood.url(), "{}"}}, 60);
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_FALSE(answers[0].accepted());
+  EXPECT_NE(answers[0].error.find("more than 65536 bytes of headers"), std::string::npos)
+      << answers[0].error;
+  EXPECT_LT(sent.load(), int64_t{64} << 20) << "bytes of headers the endpoint got to send";
+}
+
+// Each invite reaches its own endpoint's /invite whole, and each answer is its endpoint's status,
+// or why none came; libcurl holds to http(s) whatever URL it is given.
+TEST(InvitePost, EachEndpointGetsItsInviteAndAnswersWithItsStatus) {
+  std::string got_body, got_type;
+  httplib::Server taker, refuser;
+  taker.Post("/invite", [&](const httplib::Request& req, httplib::Response& res) {
+    got_body = req.body;
+    got_type = req.get_header_value("Content-Type");
+    res.set_content("{}", "application/json");
+  });
+  refuser.Post("/invite", [](const httplib::Request&, httplib::Response& res) {
+    res.status = 403;
+    res.set_content(R"({"error":"not my pool"})", "application/json");
+  });
+  const int taker_port = taker.bind_to_any_port("127.0.0.1");
+  const int refuser_port = refuser.bind_to_any_port("127.0.0.1");
+  std::thread t1([&] { taker.listen_after_bind(); });
+  std::thread t2([&] { refuser.listen_after_bind(); });
+  const std::string invite = R"({"node":"0xabc","nonce":"n"})";
+
+  const auto answers =
+      orchestrator::post_invites({{"http://127.0.0.1:" + std::to_string(taker_port) + "/", invite},
+                                  {"http://127.0.0.1:" + std::to_string(refuser_port), invite},
+                                  {"http://127.0.0.1:" + std::to_string(free_port()), invite},
+                                  {"dict://127.0.0.1:" + std::to_string(taker_port), invite}},
+                                 5);
+  ASSERT_EQ(answers.size(), 4u);
+  EXPECT_TRUE(answers[0].accepted()) << answers[0].error;
+  EXPECT_EQ(got_body, invite);
+  EXPECT_EQ(got_type, "application/json");
+  EXPECT_EQ(answers[1].status, 403);
+  EXPECT_FALSE(answers[1].accepted());
+  EXPECT_EQ(answers[2].status, 0) << "nothing listens there";
+  EXPECT_FALSE(answers[2].error.empty());
+  EXPECT_EQ(answers[3].status, 0);
+  EXPECT_NE(answers[3].error.find("dict"), std::string::npos) << answers[3].error;
+  taker.stop();
+  refuser.stop();
+  t1.join();
+  t2.join();
 }
 
 }  // namespace

@@ -1,0 +1,134 @@
+#include "orchestrator/invite_post.h"
+
+#include <algorithm>
+#include <memory>
+
+#include <curl/curl.h>
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/source_address.h"
+
+namespace trellis::orchestrator {
+namespace {
+
+// One invite's exchange: what the callbacks learn of the answer.
+struct Exchange {
+  struct EasyDeleter {
+    void operator()(CURL* c) const { curl_easy_cleanup(c); }
+  };
+  std::unique_ptr<CURL, EasyDeleter> curl{curl_easy_init()};
+  std::string url;
+  int64_t header_bytes = 0;
+  bool headers_too_large = false;
+  bool body_started = false;  // the headers are complete: the status stands
+  char message[CURL_ERROR_SIZE] = {0};
+};
+
+size_t on_header(char*, size_t size, size_t n, void* user) {
+  auto* x = static_cast<Exchange*>(user);
+  x->header_bytes += static_cast<int64_t>(size * n);
+  if (x->header_bytes > kMaxInviteHeaderBytes) {
+    x->headers_too_large = true;
+    return 0;  // any count but the one given ends the transfer
+  }
+  return size * n;
+}
+
+size_t on_body(char*, size_t, size_t, void* user) {
+  static_cast<Exchange*>(user)->body_started = true;
+  return 0;  // ends the transfer (CURLE_WRITE_ERROR): the body is not read
+}
+
+void global_init() {
+  static const CURLcode code = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (code != CURLE_OK) fail("libcurl", "{}", curl_easy_strerror(code));
+}
+
+InviteAnswer answer_of(Exchange& x, CURLcode code) {
+  InviteAnswer a;
+  long status = 0;
+  curl_easy_getinfo(x.curl.get(), CURLINFO_RESPONSE_CODE, &status);
+  if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && x.body_started)) {
+    a.status = static_cast<int>(status);
+  } else if (x.headers_too_large) {
+    a.error = fmt::format("answered with more than {} bytes of headers", kMaxInviteHeaderBytes);
+  } else {
+    a.error = x.message[0] ? x.message : curl_easy_strerror(code);
+  }
+  return a;
+}
+
+}  // namespace
+
+std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, double deadline_s) {
+  global_init();
+  struct Headers {
+    curl_slist* list = nullptr;
+    ~Headers() { curl_slist_free_all(list); }
+  } headers;
+  // "Expect:" unset: no wait for a 100 Continue that a stranger's endpoint may never send.
+  headers.list = curl_slist_append(headers.list, "Content-Type: application/json");
+  headers.list = curl_slist_append(headers.list, "Expect:");
+  const std::string from = source_address();
+  const std::string interface = "host!" + from;  // an address, never an interface name
+  const long deadline_ms = std::max(1L, static_cast<long>(deadline_s * 1000));
+
+  std::vector<Exchange> exchanges(posts.size());
+  std::vector<InviteAnswer> answers(posts.size());
+  // Declared last, so cleaned up first: it lets go of the transfers before they are freed.
+  struct MultiDeleter {
+    void operator()(CURLM* m) const { curl_multi_cleanup(m); }
+  };
+  std::unique_ptr<CURLM, MultiDeleter> multi{curl_multi_init()};
+  if (!multi) fail("libcurl", "cannot start a multi handle");
+  for (size_t i = 0; i < posts.size(); ++i) {
+    Exchange& x = exchanges[i];
+    CURL* c = x.curl.get();
+    if (!c) fail("libcurl", "cannot start a transfer");
+    std::string base = posts[i].endpoint;
+    while (base.ends_with('/')) base.pop_back();
+    x.url = base + "/invite";
+    curl_easy_setopt(c, CURLOPT_URL, x.url.c_str());
+    // Discovery admits only http(s) endpoints; libcurl, which speaks many more, must hold to
+    // that whatever it is given (and follows no redirect: the default).
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, posts[i].body.data());
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(posts[i].body.size()));
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.list);
+    if (!from.empty()) curl_easy_setopt(c, CURLOPT_INTERFACE, interface.c_str());
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, deadline_ms);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &x);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x.message);
+    curl_easy_setopt(c, CURLOPT_PRIVATE, static_cast<void*>(&answers[i]));
+    if (const CURLMcode m = curl_multi_add_handle(multi.get(), c); m != CURLM_OK) {
+      answers[i].error = curl_multi_strerror(m);
+      x.curl.reset();
+    }
+  }
+
+  // Every transfer ends by its own deadline, so this loop does too.
+  int running = 0;
+  do {
+    if (const CURLMcode m = curl_multi_perform(multi.get(), &running); m != CURLM_OK) {
+      fail("libcurl", "{}", curl_multi_strerror(m));
+    }
+    int left = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi.get(), &left)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      void* answer = nullptr;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &answer);
+      const size_t i = static_cast<InviteAnswer*>(answer) - answers.data();
+      answers[i] = answer_of(exchanges[i], msg->data.result);
+      curl_multi_remove_handle(multi.get(), msg->easy_handle);
+    }
+    if (running) curl_multi_poll(multi.get(), nullptr, 0, 100, nullptr);
+  } while (running);
+  return answers;
+}
+
+}  // namespace trellis::orchestrator
