@@ -16,7 +16,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <seccomp.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -29,7 +28,6 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -37,16 +35,17 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <map>
+#include <mutex>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "common/config.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "env/sandbox_cgroup.h"
+#include "env/sandbox_seccomp.h"
 
 namespace trellis::env {
 namespace {
@@ -262,91 +261,6 @@ std::string find_executable(std::initializer_list<const char*> candidates) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// seccomp
-
-// System calls that a test program never needs and that widen the kernel surface an escape could
-// use; each answers EPERM. Names this architecture lacks are skipped.
-constexpr const char* kDeniedSyscalls[] = {
-    // other processes' memory and execution
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
-    // file systems and namespaces
-    "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr", "unshare", "setns", "open_by_handle_at",
-    "name_to_handle_at",
-    // keys, BPF, perf, io_uring, userfaultfd
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "io_uring_setup",
-    "io_uring_enter", "io_uring_register", "userfaultfd", "fanotify_init",
-    // the machine itself
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "create_module", "reboot", "swapon", "swapoff", "acct", "quotactl", "quotactl_fd",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "stime", "syslog", "vhangup",
-    "iopl", "ioperm", "uselib", "lookup_dcookie", "nfsservctl", "sethostname", "setdomainname"};
-
-// clone() flags that make a new namespace (CLONE_NEWTIME overlaps clone()'s signal byte).
-constexpr uint64_t kNamespaceFlags[] = {CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWPID,   CLONE_NEWNET,
-                                        CLONE_NEWUTS,  CLONE_NEWIPC, CLONE_NEWCGROUP};
-
-// The filter as a BPF program (struct sock_filter[]) for bwrap's --seccomp, or why there is none.
-struct SeccompProgram {
-  std::string bpf;
-  std::string error;
-};
-
-SeccompProgram compile_seccomp() {
-  SeccompProgram program;
-  // Default: allow. Calls of a foreign architecture (int 0x80, x32) hit the bad-arch action,
-  // which seccomp_init sets to kill.
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (ctx == nullptr) return {"", "seccomp_init failed"};
-  auto add = [&](uint32_t action, int nr, std::initializer_list<scmp_arg_cmp> args,
-                 const char* name) {
-    if (!program.error.empty()) return;
-    const int rc = seccomp_rule_add_array(ctx, action, nr, static_cast<unsigned>(args.size()),
-                                          args.size() ? args.begin() : nullptr);
-    if (rc < 0) program.error = fmt::format("seccomp rule for {}: {}", name, std::strerror(-rc));
-  };
-  auto number = [](const char* name) { return seccomp_syscall_resolve_name(name); };
-  for (const char* name : kDeniedSyscalls) {
-    const int nr = number(name);
-    if (nr == __NR_SCMP_ERROR || nr < 0) continue;  // not a system call of this architecture
-    add(SCMP_ACT_ERRNO(EPERM), nr, {}, name);
-  }
-  // clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone().
-  if (const int nr = number("clone3"); nr >= 0) add(SCMP_ACT_ERRNO(ENOSYS), nr, {}, "clone3");
-  for (const uint64_t flag : kNamespaceFlags) {
-    add(SCMP_ACT_ERRNO(EPERM), number("clone"), {{0, SCMP_CMP_MASKED_EQ, flag, flag}}, "clone");
-  }
-  // personality(): only the query (0xffffffff) is allowed, not ADDR_NO_RANDOMIZE and the like.
-  add(SCMP_ACT_ERRNO(EPERM), number("personality"), {{0, SCMP_CMP_NE, 0xffffffffULL, 0}},
-      "personality");
-  if (program.error.empty()) {
-    const int fd = memfd_create("trellis-seccomp-export", MFD_CLOEXEC);
-    if (fd < 0) {
-      program.error = fmt::format("memfd_create failed: {}", std::strerror(errno));
-    } else {
-      if (const int rc = seccomp_export_bpf(ctx, fd); rc < 0) {
-        program.error = fmt::format("seccomp_export_bpf failed: {}", std::strerror(-rc));
-      } else {
-        lseek(fd, 0, SEEK_SET);
-        char buffer[4096];
-        ssize_t n;
-        while ((n = read(fd, buffer, sizeof buffer)) > 0) program.bpf.append(buffer, n);
-        if (program.bpf.empty()) program.error = "seccomp_export_bpf wrote nothing";
-      }
-      close(fd);
-    }
-  }
-  seccomp_release(ctx);
-  if (!program.error.empty()) program.bpf.clear();
-  return program;
-}
-
-const SeccompProgram& seccomp_program() {
-  static const SeccompProgram program = compile_seccomp();
-  return program;
-}
-
-// ---------------------------------------------------------------------------------------------
 // bwrap's options
 
 // What `argv` prints on stdout (at most 256 KiB), or "" when it cannot start.
@@ -395,226 +309,6 @@ bool bwrap_has_disable_userns(const std::string& bwrap) {
   known.emplace(bwrap, has);
   return has;
 }
-
-// ---------------------------------------------------------------------------------------------
-// cgroup v2
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// 0 on success, else errno.
-int write_text(const std::string& path, std::string_view text) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  const ssize_t n = write(fd, text.data(), text.size());
-  const int error = n == static_cast<ssize_t>(text.size()) ? 0 : (n < 0 ? errno : EIO);
-  close(fd);
-  return error;
-}
-
-bool has_word(std::string_view text, std::string_view word) {
-  std::istringstream words{std::string(text)};
-  std::string w;
-  while (words >> w) {
-    if (w == word) return true;
-  }
-  return false;
-}
-
-// This process's cgroup v2 directory, or "" with `reason` saying why there is none.
-std::string own_cgroup_dir(std::string& reason) {
-  std::ifstream mountinfo("/proc/self/mountinfo");
-  std::string line, root, mount_point;
-  while (std::getline(mountinfo, line)) {
-    const auto dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
-    std::istringstream fields(line.substr(0, dash));
-    std::string id, parent, device;
-    fields >> id >> parent >> device >> root >> mount_point;
-    break;
-  }
-  if (mount_point.empty()) {
-    reason = "no cgroup v2 hierarchy is mounted";
-    return "";
-  }
-  std::ifstream groups("/proc/self/cgroup");
-  std::string path;
-  while (std::getline(groups, line)) {
-    if (line.starts_with("0::")) path = line.substr(3);
-  }
-  if (path.empty()) {
-    reason = "this process is in no cgroup v2 group";
-    return "";
-  }
-  if (root != "/") {
-    if (!path.starts_with(root)) {
-      reason = fmt::format("the cgroup v2 mount at {} does not show this process's group {}",
-                           mount_point, path);
-      return "";
-    }
-    path = path.substr(root.size());
-  }
-  std::string dir = mount_point + (path == "/" ? "" : path);
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  return dir;
-}
-
-// Starts a process (vfork-style) that joins the cgroup whose cgroup.procs is `procs` and exits:
-// 0 when it could, else errno.
-int join_probe(const std::string& procs) {
-  struct Probe {
-    const char* procs;
-  } probe{procs.c_str()};
-  std::vector<char> stack(kChildStackBytes);
-  sigset_t all, before;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &before);
-  const pid_t pid = clone(
-      [](void* p) -> int {
-        const int fd = open(static_cast<Probe*>(p)->procs, O_WRONLY | O_CLOEXEC);
-        if (fd < 0) _exit(errno & 0xff);
-        const ssize_t n = write(fd, "0", 1);
-        _exit(n == 1 ? 0 : (errno & 0xff));
-      },
-      stack.data() + stack.size(), CLONE_VM | CLONE_VFORK | SIGCHLD, &probe);
-  const int clone_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  if (pid < 0) return clone_errno;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
-}
-
-// Kills what is left in a run's cgroup and removes it; false when it would not go.
-bool remove_cgroup(const std::string& dir) {
-  const bool can_kill = write_text(dir + "/cgroup.kill", "1") == 0;
-  for (int attempt = 0; attempt < 400; ++attempt) {
-    if (rmdir(dir.c_str()) == 0 || errno == ENOENT) return true;
-    if (errno != EBUSY) return false;
-    if (!can_kill) {  // Linux < 5.14: kill its processes one by one
-      std::istringstream pids(read_text(dir + "/cgroup.procs"));
-      pid_t p;
-      while (pids >> p) kill(p, SIGKILL);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
-
-// Where per-run cgroups can go on this host: a directory whose children get the memory and pids
-// controllers and that this process may create groups in and move processes into. Detected once
-// per process; "" with `reason` when there is none.
-struct CgroupSupport {
-  std::string parent;
-  std::string reason;
-};
-
-CgroupSupport detect_cgroup() {
-  CgroupSupport support;
-  std::string& reason = support.reason;
-  const std::string dir = own_cgroup_dir(reason);
-  if (dir.empty()) return support;
-  const std::string controllers = read_text(dir + "/cgroup.controllers");
-  for (const char* c : {"memory", "pids"}) {
-    if (!has_word(controllers, c)) {
-      reason = fmt::format("cgroup v2 group {} has no {} controller (it has '{}')", dir, c,
-                           printable_line(last_line(controllers), 200));
-      return support;
-    }
-  }
-  const std::string subtree = read_text(dir + "/cgroup.subtree_control");
-  if (!has_word(subtree, "memory") || !has_word(subtree, "pids")) {
-    if (const int e = write_text(dir + "/cgroup.subtree_control", "+memory +pids"); e != 0) {
-      reason = fmt::format(
-          "cannot enable the memory and pids controllers for groups under {}: {}{}", dir,
-          std::strerror(e), e == EBUSY ? " (the group holds processes itself)" : "");
-      return support;
-    }
-  }
-  static std::atomic<int> probes{0};
-  const std::string probe = fmt::format("{}/trellis-sandbox-probe-{}-{}", dir, getpid(), probes++);
-  if (mkdir(probe.c_str(), 0755) != 0) {
-    reason = fmt::format("cannot create a cgroup under {}: {}", dir, std::strerror(errno));
-    return support;
-  }
-  int e = write_text(probe + "/memory.max", "67108864");
-  if (e == 0) e = write_text(probe + "/pids.max", "8");
-  if (e == 0) e = join_probe(probe + "/cgroup.procs");
-  remove_cgroup(probe);
-  if (e != 0) {
-    reason = fmt::format("cannot limit a cgroup under {} or move a process into it: {}", dir,
-                         std::strerror(e));
-    return support;
-  }
-  support.parent = dir;
-  return support;
-}
-
-const CgroupSupport& cgroup_support() {
-  static const CgroupSupport support = detect_cgroup();
-  return support;
-}
-
-// The cgroup of one run: made with its limits before the run, killed and removed after it.
-class RunCgroup {
- public:
-  RunCgroup(const SandboxDefences& defences, const SandboxLimits& limits) {
-    if (!defences.cgroup) return;
-    static std::atomic<uint64_t> runs{0};
-    const std::string dir =
-        fmt::format("{}/trellis-sandbox-{}-{}", defences.cgroup_parent, getpid(), runs++);
-    if (mkdir(dir.c_str(), 0755) != 0) {
-      log::warn("sandbox: cannot create the run's cgroup {}: {}; rlimits only for this run", dir,
-                std::strerror(errno));
-      return;
-    }
-    dir_ = dir;
-    int e = write_text(dir + "/memory.max", std::to_string(limits.memory_mib * 1024 * 1024));
-    if (e == 0) {
-      e = write_text(dir + "/pids.max", std::to_string(limits.max_processes + kBwrapProcesses));
-    }
-    if (e != 0) {
-      log::warn("sandbox: cannot set the limits of cgroup {}: {}; rlimits only for this run", dir,
-                std::strerror(e));
-      remove_cgroup(dir_);
-      dir_.clear();
-      return;
-    }
-    write_text(dir + "/memory.swap.max", "0");   // absent without swap accounting: fine
-    write_text(dir + "/memory.oom.group", "1");  // an OOM kill takes the whole run
-    procs_ = dir + "/cgroup.procs";
-  }
-  ~RunCgroup() {
-    if (!dir_.empty() && !remove_cgroup(dir_)) {
-      log::warn("sandbox: could not remove cgroup {}", dir_);
-    }
-  }
-  RunCgroup(const RunCgroup&) = delete;
-  RunCgroup& operator=(const RunCgroup&) = delete;
-
-  // cgroup.procs of the run's group, for the child to join; nullptr without one.
-  const char* procs() const { return procs_.empty() ? nullptr : procs_.c_str(); }
-
-  // Whether the kernel OOM-killed a process of the run (memory.max reached).
-  bool oom_killed() const {
-    if (dir_.empty()) return false;
-    std::istringstream events(read_text(dir_ + "/memory.events"));
-    std::string key;
-    int64_t count = 0;
-    while (events >> key >> count) {
-      if ((key == "oom_kill" || key == "oom_group_kill") && count > 0) return true;
-    }
-    return false;
-  }
-
- private:
-  std::string dir_, procs_;
-};
 
 SandboxDefences detect_defences(const std::string& bwrap) {
   SandboxDefences d;
@@ -807,7 +501,8 @@ SandboxResult Sandbox::run_sandboxed(std::string_view program, std::string_view 
     fds.add(p[0]);
     fds.add(p[1]);
   }
-  const RunCgroup cgroup(defences_, limits_);
+  const RunCgroup cgroup(defences_.cgroup_parent, limits_.memory_mib * 1024 * 1024,
+                         limits_.max_processes + kBwrapProcesses);
 
   const ChildPlan plan{bwrap_.c_str(),
                        argv.data(),
