@@ -79,6 +79,7 @@ void Server::Impl::register_node(const httplib::Request& req, httplib::Response&
   if (r.outcome == Registration::kNotAdmitted) refuse(403, "not_admitted", r.why);
   if (r.outcome == Registration::kBadInvite) refuse(403, "bad_invite", r.why);
   if (r.outcome == Registration::kInviteRequired) refuse(403, "invite_required", r.why);
+  if (r.outcome == Registration::kIpFull) refuse(403, "ip_full", r.why);
   if (r.outcome == Registration::kReplayed) {
     refuse(401, "registration_replayed",
            fmt::format("node {}: a registration signed at {} is already recorded; this one is "

@@ -10,6 +10,7 @@ Json PoolPolicy::to_json() const {
           {"slash", slash},
           {"validation", validation},
           {"evict_on_reject", evict_on_reject},
+          {"max_nodes_per_ip", max_nodes_per_ip},
           {"heartbeat_s", heartbeat_s},
           {"unhealthy_after", unhealthy_after},
           {"dead_after", dead_after}};
@@ -31,6 +32,7 @@ PoolPolicy pool_policy(const Config& config) {
   }
   p.validation = config.get<bool>("orchestrator.validation");
   p.evict_on_reject = config.get<bool>("orchestrator.evict_on_reject");
+  p.max_nodes_per_ip = config.get_at_least<int64_t>("orchestrator.max_nodes_per_ip", 0);
   p.heartbeat_s = config.get<double>("orchestrator.heartbeat_s");
   if (!(p.heartbeat_s >= 0.05 && p.heartbeat_s <= 3600)) {
     fail("orchestrator.heartbeat_s", "must be in [0.05, 3600] seconds, got {}", p.heartbeat_s);

@@ -3,8 +3,9 @@
 // pool owner controls. Under "stake" a node needs `stake` work units escrowed on the ledger (the
 // owner deposits them: `trellis orchestrator stake`); under "approval" the owner approves each
 // address (`trellis orchestrator approve`); "open" admits any key (one machine, a trusted swarm).
-// A rejected submission slashes the node's stake by `slash` (0: all of it). The policy is the
-// ledger's pool entry.
+// A rejected submission slashes the node's stake by `slash` (0: all of it). However a node joins,
+// one IP holds at most `max_nodes_per_ip` live nodes: a key is free, an address is not. The policy
+// is the ledger's pool entry.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,9 @@ struct PoolPolicy {
   int64_t slash = 0;          // taken from a node's stake per rejected submission; 0 = all
   bool validation = true;     // files wait for a validator's verdict
   bool evict_on_reject = true;
+  // Live nodes (registered, not evicted, not dead) one IP may hold, an IPv6 address counted by its
+  // /64 (what one subscriber gets); 0 = no limit.
+  int64_t max_nodes_per_ip = 32;
   // Liveness: a node that sends heartbeats is Unhealthy once it missed `unhealthy_after` of them
   // and Dead (off the allowlist, refused until it registers again) after `dead_after`.
   double heartbeat_s = 5;
@@ -29,9 +33,9 @@ struct PoolPolicy {
   Json to_json() const;
 };
 
-// [orchestrator] join, stake, slash, validation, evict_on_reject, heartbeat_s, unhealthy_after and
-// dead_after; Error naming the key for an unknown join rule, a negative amount, "stake" with a
-// stake of 0, or dead_after not above unhealthy_after.
+// [orchestrator] join, stake, slash, validation, evict_on_reject, max_nodes_per_ip, heartbeat_s,
+// unhealthy_after and dead_after; Error naming the key for an unknown join rule, a negative amount,
+// "stake" with a stake of 0, or dead_after not above unhealthy_after.
 PoolPolicy pool_policy(const Config& config);
 
 }  // namespace trellis::orchestrator

@@ -1,5 +1,6 @@
 #include "orchestrator/state.h"
 
+#include <arpa/inet.h>
 #include <sodium.h>
 
 #include <algorithm>
@@ -11,6 +12,22 @@
 
 namespace trellis::orchestrator {
 namespace {
+
+// What one subscriber holds of the address space, as the per-IP limit counts it: an IPv4 address
+// (also when written IPv4-mapped, ::ffff:a.b.c.d), or an IPv6 address's /64 prefix. Anything
+// else stands for itself.
+std::string ip_block(const std::string& ip) {
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return ip;
+  const unsigned char* b = v6.s6_addr;
+  static const unsigned char kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::equal(b, b + 12, kMappedPrefix))
+    return fmt::format("{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
+  std::fill(v6.s6_addr + 8, v6.s6_addr + 16, 0);
+  char text[INET6_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET6, &v6, text, sizeof text);
+  return std::string(text) + "/64";
+}
 
 constexpr const char* kSchemaVersion = "4";
 
@@ -344,6 +361,9 @@ Registration State::register_node(const std::string& address, const std::string&
       (signed_at < before->signed_at || (signed_at == before->signed_at && ip != before->ip))) {
     return {Registration::kReplayed, *before};
   }
+  if (std::string why = ip_problem_locked(address, ip, now); !why.empty()) {
+    return {Registration::kIpFull, before.value_or(Node{address}), std::move(why)};
+  }
   if (!invite.empty()) {
     if (std::string why = use_invite_locked(address, invite, now); !why.empty())
       return {Registration::kBadInvite, before.value_or(Node{address}), std::move(why)};
@@ -375,6 +395,25 @@ Registration State::register_node(const std::string& address, const std::string&
   Registration out{Registration::kRegistered, *find_node(address)};
   tx.commit();
   return out;
+}
+
+std::string State::ip_problem_locked(const std::string& address, const std::string& ip,
+                                     double now) {
+  if (policy_.max_nodes_per_ip <= 0) return "";
+  // The other live nodes: registered, not evicted, and not dead (allowed_ips' rule).
+  Stmt q(db_,
+         "SELECT ip FROM nodes WHERE evicted = 0 AND registered_at > 0 AND address != ? AND "
+         "(heartbeat_at <= 0 OR heartbeat_at > ?)");
+  q.bind(address).bind(now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after));
+  const std::string block = ip_block(ip);
+  int64_t live = 0;
+  while (q.step()) live += ip_block(q.text(0)) == block;
+  if (live < policy_.max_nodes_per_ip) return "";
+  return fmt::format(
+      "{} has {} live nodes registered already, the most one address may have "
+      "(orchestrator.max_nodes_per_ip = {}): a slot frees when one of them is evicted or dies "
+      "(no heartbeats)",
+      block, live, policy_.max_nodes_per_ip);
 }
 
 std::string State::use_invite_locked(const std::string& address, const std::string& nonce,

@@ -146,6 +146,7 @@ struct Registration {
     kNotAdmitted,     // the pool's policy does not admit it (no stake, not approved): see `why`
     kBadInvite,       // the invite it names is unknown, used, expired or another node's: `why`
     kInviteRequired,  // it sent heartbeats and is dead: it returns only with a new invite
+    kIpFull,          // its IP holds policy.max_nodes_per_ip live nodes already: `why`
   };
   Outcome outcome = kRegistered;
   Node node;          // the node's row after the call
@@ -200,7 +201,9 @@ class State {
   // `signed_at` is older than its newest registration, or equal to it but from another IP (a
   // replayed request must not move the node's IP). Bumps the allowlist revision when the
   // allowed IP set changes.
-  // A node the pool's policy does not admit is refused too (kNotAdmitted), changing nothing.
+  // A node the pool's policy does not admit is refused too (kNotAdmitted), changing nothing, and
+  // so is one whose IP (an IPv6 address: its /64) holds max_nodes_per_ip other live nodes
+  // (kIpFull).
   // A registration naming an `invite` (its nonce) uses it up and starts the node's heartbeat
   // clock (an `invite` entry on the ledger); one without cannot bring back a node that sent
   // heartbeats and died (kInviteRequired), and leaves a live one's clock as it was.
@@ -377,6 +380,8 @@ class State {
   void migrate(const std::string& from_version);  // inside the opening transaction
   std::string use_invite_locked(const std::string& address, const std::string& nonce, double now);
   std::string admission_problem_locked(const std::string& address);  // callers hold mu_
+  // Why `address` may not register from `ip` (policy_.max_nodes_per_ip), or "" (callers hold mu_).
+  std::string ip_problem_locked(const std::string& address, const std::string& ip, double now);
   // Appends the verdict on `row` to the ledger: `signed_verdict` when given (checked against
   // the row), else the orchestrator's own (callers hold mu_ and a transaction).
   void record_verdict(const Submission& row, bool accepted, const std::string& reason,

@@ -405,6 +405,25 @@ TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
   EXPECT_GT(state_of(worker_).heartbeat_at, 0);
 }
 
+// Sybil keys from one address (orchestrator.max_nodes_per_ip): the third key registering from
+// 127.0.0.3 is refused with ip_full and kept off the allowlist, while another address still
+// registers.
+TEST_F(NodeRegistry, OneAddressRegistersAtMostMaxNodesPerIpNodes) {
+  ApiOptions o = options();
+  o.pool.max_nodes_per_ip = 2;
+  Client& trainer = start(o);
+  const Identity second = Identity::generate(), third = Identity::generate();
+  ASSERT_EQ(post("/nodes", registration(worker_, unix_now()), "127.0.0.3")->status, 200);
+  ASSERT_EQ(post("/nodes", registration(second, unix_now()), "127.0.0.3")->status, 200);
+  const auto res = post("/nodes", registration(third, unix_now()), "127.0.0.3");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403);
+  EXPECT_EQ(Json::parse(res->body).value("code", ""), "ip_full");
+  EXPECT_CONTAINS(error_text(res), "orchestrator.max_nodes_per_ip = 2");
+  EXPECT_EQ(post("/nodes", registration(third, unix_now()), "127.0.0.4")->status, 200);
+  EXPECT_EQ(trainer.allowlist().ips, (Strings{"127.0.0.3", "127.0.0.4"}));
+}
+
 // A dead node's IP leaves the allowlist at once when no live node shares it.
 TEST_F(NodeRegistry, ADeadNodesIpLeavesTheAllowlist) {
   ApiOptions o = options();

@@ -465,6 +465,58 @@ TEST(State, ADeadNodeReturnsOnlyWithAnInvite) {
   fs::remove_all(dir);
 }
 
+// A key is free, an address is not: one IP (an IPv6 /64) holds at most max_nodes_per_ip live
+// nodes whatever the join rule, a node's own re-registration never counts against it, and a slot
+// frees when a node is evicted or dies. A refused registration changes nothing: no row, no
+// ledger entry, no invite used. Without the limit every key below would be registered.
+TEST(State, OneAddressHoldsAtMostMaxNodesPerIpLiveNodes) {
+  const auto dir =
+      fs::temp_directory_path() / ("trellis_state_per_ip_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  PoolPolicy policy;
+  policy.max_nodes_per_ip = 2;
+  policy.heartbeat_s = 1;
+  policy.unhealthy_after = 3;
+  policy.dead_after = 6;
+  State s(dir / "orchestrator.sqlite", "run-1", keeper(), policy);
+  const auto key = [](char c) { return std::string(64, c); };
+  const auto outcome = [&](const std::string& node, const std::string& ip, double now,
+                           const std::string& invite = "") {
+    return s.register_node(node, ip, static_cast<int64_t>(now), now, invite).outcome;
+  };
+  EXPECT_EQ(outcome(key('a'), "10.0.0.1", 100), Registration::kRegistered);
+  EXPECT_EQ(outcome(key('b'), "::ffff:10.0.0.1", 100), Registration::kRegistered);
+  const std::string n1(32, '1');
+  s.record_invite(key('c'), n1, 200, 100);
+  const Registration full = s.register_node(key('c'), "10.0.0.1", 101, 101, n1);
+  EXPECT_EQ(full.outcome, Registration::kIpFull);
+  EXPECT_NE(full.why.find("10.0.0.1 has 2 live nodes registered already"), std::string::npos)
+      << full.why;
+  EXPECT_NE(full.why.find("orchestrator.max_nodes_per_ip = 2"), std::string::npos) << full.why;
+  EXPECT_FALSE(s.node(key('c')));  // nothing recorded
+  EXPECT_EQ(outcome(key('a'), "10.0.0.1", 102), Registration::kRegistered) << "its own slot";
+  EXPECT_EQ(outcome(key('c'), "10.0.0.2", 102, n1), Registration::kRegistered) << "invite unused";
+  EXPECT_EQ(outcome(key('c'), "10.0.0.1", 103), Registration::kIpFull) << "moving in";
+
+  // An eviction frees a slot.
+  s.evict(key('b'), "caught", 104);
+  EXPECT_EQ(outcome(key('c'), "10.0.0.1", 105), Registration::kRegistered);
+  EXPECT_EQ(outcome(key('d'), "10.0.0.1", 105), Registration::kIpFull);
+  // So does death: c joined with an invite (heartbeats at 102) and is dead 6 s later; a, which
+  // never sent one, stays live.
+  EXPECT_EQ(outcome(key('d'), "10.0.0.1", 109), Registration::kRegistered);
+  EXPECT_EQ(outcome(key('e'), "10.0.0.1", 109), Registration::kIpFull);
+
+  // IPv6: a subscriber's /64 is one address; the next /64 is another.
+  EXPECT_EQ(outcome(key('0'), "2001:db8:1:2::1", 110), Registration::kRegistered);
+  EXPECT_EQ(outcome(key('1'), "2001:db8:1:2:ffff::9", 110), Registration::kRegistered);
+  const Registration v6 = s.register_node(key('2'), "2001:db8:1:2:abcd::1", 110, 110);
+  EXPECT_EQ(v6.outcome, Registration::kIpFull);
+  EXPECT_NE(v6.why.find("2001:db8:1:2::/64"), std::string::npos) << v6.why;
+  EXPECT_EQ(outcome(key('2'), "2001:db8:1:3::1", 110), Registration::kRegistered);
+  fs::remove_all(dir);
+}
+
 // A database written by the previous schema (version 1, before validators) opens migrated, with
 // its submissions, nodes and meta intact; an unknown version is refused naming the file.
 TEST(State, ADatabaseOfSchemaVersion1IsMigrated) {
