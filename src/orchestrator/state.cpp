@@ -409,11 +409,16 @@ std::string State::ip_problem_locked(const std::string& address, const std::stri
   int64_t live = 0;
   while (q.step()) live += ip_block(q.text(0)) == block;
   if (live < policy_.max_nodes_per_ip) return "";
+  // Every node at a loopback address: most likely a reverse proxy the config does not trust.
+  const bool loopback = block.starts_with("127.") || block == "::/64";
   return fmt::format(
       "{} has {} live nodes registered already, the most one address may have "
       "(orchestrator.max_nodes_per_ip = {}): a slot frees when one of them is evicted or dies "
-      "(no heartbeats)",
-      block, live, policy_.max_nodes_per_ip);
+      "(no heartbeats){}",
+      block, live, policy_.max_nodes_per_ip,
+      loopback ? "; behind a reverse proxy on this machine, list it in "
+                 "orchestrator.trusted_proxies so that nodes count by their own addresses"
+               : "");
 }
 
 std::string State::use_invite_locked(const std::string& address, const std::string& nonce,

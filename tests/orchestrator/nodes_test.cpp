@@ -420,6 +420,7 @@ TEST_F(NodeRegistry, OneAddressRegistersAtMostMaxNodesPerIpNodes) {
   EXPECT_EQ(res->status, 403);
   EXPECT_EQ(Json::parse(res->body).value("code", ""), "ip_full");
   EXPECT_CONTAINS(error_text(res), "orchestrator.max_nodes_per_ip = 2");
+  EXPECT_CONTAINS(error_text(res), "orchestrator.trusted_proxies");  // a loopback address
   EXPECT_EQ(post("/nodes", registration(third, unix_now()), "127.0.0.4")->status, 200);
   EXPECT_EQ(trainer.allowlist().ips, (Strings{"127.0.0.3", "127.0.0.4"}));
 }

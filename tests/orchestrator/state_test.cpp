@@ -493,6 +493,7 @@ TEST(State, OneAddressHoldsAtMostMaxNodesPerIpLiveNodes) {
   EXPECT_NE(full.why.find("10.0.0.1 has 2 live nodes registered already"), std::string::npos)
       << full.why;
   EXPECT_NE(full.why.find("orchestrator.max_nodes_per_ip = 2"), std::string::npos) << full.why;
+  EXPECT_EQ(full.why.find("trusted_proxies"), std::string::npos) << "not a proxy's address";
   EXPECT_FALSE(s.node(key('c')));  // nothing recorded
   EXPECT_EQ(outcome(key('a'), "10.0.0.1", 102), Registration::kRegistered) << "its own slot";
   EXPECT_EQ(outcome(key('c'), "10.0.0.2", 102, n1), Registration::kRegistered) << "invite unused";
