@@ -1,6 +1,7 @@
 #include "orchestrator/invite_post.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <memory>
 
 #include <curl/curl.h>
@@ -38,6 +39,29 @@ size_t on_header(char*, size_t size, size_t n, void* user) {
 size_t on_body(char*, size_t, size_t, void* user) {
   static_cast<Exchange*>(user)->body_started = true;
   return 0;  // ends the transfer (CURLE_WRITE_ERROR): the body is not read
+}
+
+// <scheme>://<host>[:<port>]/invite for `endpoint`, or "" when it is no URL. Whatever path,
+// query, fragment or credentials a stranger put in the endpoint are dropped: the orchestrator
+// posts to one path only, and cannot be made to post to another on a host it can reach.
+std::string invite_url(const std::string& endpoint) {
+  struct UrlDeleter {
+    void operator()(CURLU* u) const { curl_url_cleanup(u); }
+  };
+  std::unique_ptr<CURLU, UrlDeleter> url{curl_url()};
+  if (!url || curl_url_set(url.get(), CURLUPART_URL, endpoint.c_str(), 0) != CURLUE_OK) return "";
+  for (const CURLUPart part : {CURLUPART_USER, CURLUPART_PASSWORD, CURLUPART_OPTIONS,
+                               CURLUPART_QUERY, CURLUPART_FRAGMENT}) {
+    curl_url_set(url.get(), part, nullptr, 0);
+  }
+  char* text = nullptr;
+  if (curl_url_set(url.get(), CURLUPART_PATH, "/invite", 0) != CURLUE_OK ||
+      curl_url_get(url.get(), CURLUPART_URL, &text, 0) != CURLUE_OK) {
+    return "";
+  }
+  std::string out = text;
+  curl_free(text);
+  return out;
 }
 
 void global_init() {
@@ -86,9 +110,12 @@ std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, dou
     Exchange& x = exchanges[i];
     CURL* c = x.curl.get();
     if (!c) fail("libcurl", "cannot start a transfer");
-    std::string base = posts[i].endpoint;
-    while (base.ends_with('/')) base.pop_back();
-    x.url = base + "/invite";
+    x.url = invite_url(posts[i].endpoint);
+    if (x.url.empty()) {
+      answers[i].error = "the endpoint is not a URL";
+      x.curl.reset();
+      continue;
+    }
     curl_easy_setopt(c, CURLOPT_URL, x.url.c_str());
     // Discovery admits only http(s) endpoints; libcurl, which speaks many more, must hold to
     // that whatever it is given (and follows no redirect: the default).

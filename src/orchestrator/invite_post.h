@@ -16,8 +16,10 @@ namespace trellis::orchestrator {
 inline constexpr int64_t kMaxInviteHeaderBytes = 64 * 1024;
 
 struct InvitePost {
-  std::string endpoint;  // http:// or https:// URL; the invite goes to <endpoint>/invite
-  std::string body;      // the signed invite's JSON
+  // An http:// or https:// URL; the invite goes to /invite at its host and port (any path,
+  // query or credentials in it are dropped).
+  std::string endpoint;
+  std::string body;  // the signed invite's JSON
 };
 
 struct InviteAnswer {

@@ -244,14 +244,18 @@ TEST(InvitePost, EndlessHeadersAreCutOffAtTheirBound) {
   EXPECT_LT(sent.load(), int64_t{64} << 20) << "bytes of headers the endpoint got to send";
 }
 
-// Each invite reaches its own endpoint's /invite whole, and each answer is its endpoint's status,
-// or why none came; libcurl holds to http(s) whatever URL it is given.
+// Each invite reaches /invite at its own endpoint's host and port whole (whatever path, query or
+// credentials a stranger's URL holds), and each answer is its endpoint's status, or why none
+// came; libcurl holds to http(s) whatever URL it is given.
 TEST(InvitePost, EachEndpointGetsItsInviteAndAnswersWithItsStatus) {
   std::string got_body, got_type;
+  bool got_query = true, got_credentials = true;
   httplib::Server taker, refuser;
   taker.Post("/invite", [&](const httplib::Request& req, httplib::Response& res) {
     got_body = req.body;
     got_type = req.get_header_value("Content-Type");
+    got_query = !req.params.empty();
+    got_credentials = req.has_header("Authorization");
     res.set_content("{}", "application/json");
   });
   refuser.Post("/invite", [](const httplib::Request&, httplib::Response& res) {
@@ -264,22 +268,27 @@ TEST(InvitePost, EachEndpointGetsItsInviteAndAnswersWithItsStatus) {
   std::thread t2([&] { refuser.listen_after_bind(); });
   const std::string invite = R"({"node":"0xabc","nonce":"n"})";
 
-  const auto answers =
-      orchestrator::post_invites({{"http://127.0.0.1:" + std::to_string(taker_port) + "/", invite},
-                                  {"http://127.0.0.1:" + std::to_string(refuser_port), invite},
-                                  {"http://127.0.0.1:" + std::to_string(free_port()), invite},
-                                  {"dict://127.0.0.1:" + std::to_string(taker_port), invite}},
-                                 5);
-  ASSERT_EQ(answers.size(), 4u);
-  EXPECT_TRUE(answers[0].accepted()) << answers[0].error;
+  const auto answers = orchestrator::post_invites(
+      {{"http://user:secret@127.0.0.1:" + std::to_string(taker_port) + "/admin?drop=1#x", invite},
+       {"http://127.0.0.1:" + std::to_string(refuser_port), invite},
+       {"http://127.0.0.1:" + std::to_string(free_port()), invite},
+       {"dict://127.0.0.1:" + std::to_string(taker_port), invite},
+       {"http://[::1", invite}},
+      5);
+  ASSERT_EQ(answers.size(), 5u);
+  EXPECT_TRUE(answers[0].accepted()) << answers[0].error << " (posted to /invite only)";
   EXPECT_EQ(got_body, invite);
   EXPECT_EQ(got_type, "application/json");
+  EXPECT_FALSE(got_query) << "the endpoint's query was sent";
+  EXPECT_FALSE(got_credentials) << "the endpoint's credentials were sent";
   EXPECT_EQ(answers[1].status, 403);
   EXPECT_FALSE(answers[1].accepted());
   EXPECT_EQ(answers[2].status, 0) << "nothing listens there";
   EXPECT_FALSE(answers[2].error.empty());
   EXPECT_EQ(answers[3].status, 0);
   EXPECT_NE(answers[3].error.find("dict"), std::string::npos) << answers[3].error;
+  EXPECT_EQ(answers[4].status, 0);
+  EXPECT_EQ(answers[4].error, "the endpoint is not a URL");
   taker.stop();
   refuser.stop();
   t1.join();
