@@ -10,6 +10,11 @@ namespace trellis {
 // host name, nothing else).
 bool is_ip_address(const std::string& text);
 
+// The block of addresses one subscriber holds, which per-address limits count by: an IPv4 address
+// as itself (also when written IPv4-mapped, ::ffff:a.b.c.d), an IPv6 address as its /64
+// ("2001:db8:1:2::/64"). Text that is no IP address stands for itself.
+std::string subscriber_block(const std::string& ip);
+
 struct HostPort {
   std::string host;
   int port = 0;

@@ -1,33 +1,17 @@
 #include "orchestrator/state.h"
 
-#include <arpa/inet.h>
 #include <sodium.h>
 
 #include <algorithm>
 
 #include "common/error.h"
 #include "common/hashing.h"
+#include "common/ip_address.h"
 #include "common/sqlite.h"
 #include "ledger/entry.h"
 
 namespace trellis::orchestrator {
 namespace {
-
-// What one subscriber holds of the address space, as the per-IP limit counts it: an IPv4 address
-// (also when written IPv4-mapped, ::ffff:a.b.c.d), or an IPv6 address's /64 prefix. Anything
-// else stands for itself.
-std::string ip_block(const std::string& ip) {
-  in6_addr v6{};
-  if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return ip;
-  const unsigned char* b = v6.s6_addr;
-  static const unsigned char kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::equal(b, b + 12, kMappedPrefix))
-    return fmt::format("{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
-  std::fill(v6.s6_addr + 8, v6.s6_addr + 16, 0);
-  char text[INET6_ADDRSTRLEN] = {0};
-  inet_ntop(AF_INET6, &v6, text, sizeof text);
-  return std::string(text) + "/64";
-}
 
 constexpr const char* kSchemaVersion = "4";
 
@@ -405,9 +389,9 @@ std::string State::ip_problem_locked(const std::string& address, const std::stri
          "SELECT ip FROM nodes WHERE evicted = 0 AND registered_at > 0 AND address != ? AND "
          "(heartbeat_at <= 0 OR heartbeat_at > ?)");
   q.bind(address).bind(now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after));
-  const std::string block = ip_block(ip);
+  const std::string block = subscriber_block(ip);
   int64_t live = 0;
-  while (q.step()) live += ip_block(q.text(0)) == block;
+  while (q.step()) live += subscriber_block(q.text(0)) == block;
   if (live < policy_.max_nodes_per_ip) return "";
   // Every node at a loopback address: most likely a reverse proxy the config does not trust.
   const bool loopback = block.starts_with("127.") || block == "::/64";

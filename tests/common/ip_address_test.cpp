@@ -31,5 +31,18 @@ TEST(IpAddress, HostPortSplitsAtTheLastColonAndChecksThePort) {
   }
 }
 
+// Per-address limits count a subscriber once: IPv4 by its address, however written, and IPv6 by
+// its /64 (what one subscriber is given), checked against addresses worked out by hand.
+TEST(IpAddress, ASubscribersBlockIsItsIpv4AddressOrItsIpv6Slash64) {
+  EXPECT_EQ(subscriber_block("10.0.0.1"), "10.0.0.1");
+  EXPECT_EQ(subscriber_block("::ffff:10.0.0.1"), "10.0.0.1");
+  EXPECT_EQ(subscriber_block("2001:db8:1:2:abcd:ef01:2345:6789"), "2001:db8:1:2::/64");
+  EXPECT_EQ(subscriber_block("2001:0db8:0001:0002::1"), "2001:db8:1:2::/64");
+  EXPECT_EQ(subscriber_block("2001:db8:1:3::1"), "2001:db8:1:3::/64");
+  EXPECT_EQ(subscriber_block("::1"), "::/64");
+  EXPECT_EQ(subscriber_block("fe80::1:2:3:4"), "fe80::/64");
+  EXPECT_EQ(subscriber_block("not an address"), "not an address");
+}
+
 }  // namespace
 }  // namespace trellis
