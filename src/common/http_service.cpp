@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -134,7 +137,7 @@ std::string HttpReply::code() const {
 
 HttpReply http_send(httplib::Client& c, const char* method, const std::string& path,
                     httplib::Headers headers, std::string body, const char* content_type,
-                    size_t max_bytes) {
+                    size_t max_bytes, double deadline_s) {
   httplib::Request req;
   req.method = method;
   req.path = path;
@@ -153,8 +156,35 @@ HttpReply http_send(httplib::Client& c, const char* method, const std::string& p
   };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
+  // The watchdog: Client::stop() may be called from another thread, and shuts the socket down
+  // under the exchange, which then fails.
+  std::mutex mu;
+  std::condition_variable finished;
+  bool done = false, cut = false;
+  std::thread watchdog;
+  if (deadline_s > 0) {
+    watchdog = std::thread([&] {
+      std::unique_lock lock(mu);
+      if (!finished.wait_for(lock, std::chrono::duration<double>(deadline_s),
+                             [&] { return done; })) {
+        cut = true;
+        c.stop();
+      }
+    });
+  }
   const bool answered = c.send(req, res, error);  // the overload that does not copy the request
-  if (too_large) {
+  if (watchdog.joinable()) {
+    {
+      std::lock_guard lock(mu);
+      done = true;
+    }
+    finished.notify_one();
+    watchdog.join();
+  }
+  if (cut && !answered) {
+    reply.error = fmt::format("no complete answer within {:g} s", deadline_s);
+    reply.body.clear();
+  } else if (too_large) {
     reply.error = fmt::format("the answer is larger than the {} bytes it may hold", max_bytes);
     reply.body.clear();
   } else if (!answered) {

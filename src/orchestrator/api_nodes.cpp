@@ -26,6 +26,7 @@ namespace {
 // What GET /nodes/<address>/logs asks of an agent, and reads of its answer.
 constexpr int64_t kMaxLogLines = 10'000;
 constexpr size_t kMaxLogBytes = 1 << 20;
+constexpr double kLogsDeadlineS = 10;
 
 constexpr size_t kMaxReasonBytes = 1000;  // of an eviction's reason
 
@@ -137,21 +138,17 @@ void Server::Impl::node_logs(const httplib::Request& req, httplib::Response& res
   const std::string target = fmt::format("/logs?lines={}", lines);
   const httplib::Headers headers =
       signed_headers(state.ledger().keeper(), address, "GET", target, sha256_hex(""));
+  // The node cannot flood the orchestrator, nor hold this server thread by trickling its answer.
   httplib::Client c = http_client(endpoint, 5);
-  std::string body;
-  const auto answer = c.Get(target, headers, [&](const char* data, size_t n) {
-    if (body.size() + n > kMaxLogBytes) return false;  // a node cannot flood the orchestrator
-    body.append(data, n);
-    return true;
-  });
-  if (!answer || answer->status != 200) {
-    refuse(502, "node_unreachable",
-           fmt::format(
-               "node {} at {} did not give its logs: {} ({})", address, endpoint,
-               answer ? fmt::format("HTTP {}", answer->status) : httplib::to_string(answer.error()),
-               where));
+  HttpReply answer =
+      http_send(c, "GET", target, headers, "", nullptr, kMaxLogBytes, kLogsDeadlineS);
+  if (answer.status != 200) {
+    refuse(
+        502, "node_unreachable",
+        fmt::format("node {} at {} did not give its logs: {} ({})", address, endpoint,
+                    answer.status ? fmt::format("HTTP {}", answer.status) : answer.error, where));
   }
-  res.set_content(body, "text/plain");
+  res.set_content(std::move(answer.body), "text/plain");
 }
 
 std::string Server::Impl::dead_message(const Node& n) const {

@@ -3,17 +3,12 @@
 // endpoint may hold the sweep past its deadline or delay another node's invite.
 #include "orchestrator/invite_sweep.h"
 
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -24,6 +19,7 @@
 #include "nginx_process.h"  // free_port
 #include "orchestrator/invite_post.h"
 #include "orchestrator/state.h"
+#include "raw_endpoint.h"
 
 namespace trellis::test {
 namespace {
@@ -34,75 +30,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// A node endpoint that writes raw bytes, as an attacker's may: it accepts connections on
-// loopback, one at a time, reads each request and hands the connection to `answer`.
-class RawEndpoint {
- public:
-  explicit RawEndpoint(std::function<void(int fd)> answer) : answer_(std::move(answer)) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-      ADD_FAILURE() << "cannot listen on loopback";
-    }
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~RawEndpoint() {
-    stopping_ = true;
-    thread_.join();
-    ::close(fd_);
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
-  // Writes all of `bytes`; false once the orchestrator has hung up.
-  static bool send_all(int fd, std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-
- private:
-  void serve() {
-    while (!stopping_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 50) != 1) continue;
-      const int c = ::accept(fd_, nullptr, nullptr);
-      if (c < 0) continue;
-      read_request(c);
-      answer_(c);
-      ::close(c);
-    }
-  }
-  // The request's headers and its Content-Length of body (an invite is small).
-  static void read_request(int fd) {
-    std::string got;
-    char buf[4096];
-    size_t body_at = std::string::npos, length = 0;
-    while (body_at == std::string::npos || got.size() < body_at + length) {
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) return;
-      got.append(buf, static_cast<size_t>(n));
-      if (body_at == std::string::npos && (body_at = got.find("\r\n\r\n")) != std::string::npos) {
-        body_at += 4;
-        const size_t h = got.find("Content-Length: ");
-        if (h != std::string::npos && h < body_at) length = std::stoul(got.substr(h + 16));
-      }
-    }
-  }
-
-  std::function<void(int)> answer_;
-  int fd_ = -1, port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::thread thread_;
-};
 
 // An orchestrator's state and a discovery service that lists the nodes a test publishes.
 class InviteSweep : public ::testing::Test {
