@@ -157,7 +157,8 @@ HttpReply http_send(httplib::Client& c, const char* method, const std::string& p
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
   // The watchdog: Client::stop() may be called from another thread, and shuts the socket down
-  // under the exchange, which then fails.
+  // under the exchange, which then fails. It stops again until the exchange ends: a stop while
+  // the client is still connecting finds no socket to shut.
   std::mutex mu;
   std::condition_variable finished;
   bool done = false, cut = false;
@@ -165,11 +166,12 @@ HttpReply http_send(httplib::Client& c, const char* method, const std::string& p
   if (deadline_s > 0) {
     watchdog = std::thread([&] {
       std::unique_lock lock(mu);
-      if (!finished.wait_for(lock, std::chrono::duration<double>(deadline_s),
-                             [&] { return done; })) {
-        cut = true;
+      const auto is_done = [&] { return done; };
+      if (finished.wait_for(lock, std::chrono::duration<double>(deadline_s), is_done)) return;
+      cut = true;
+      do {
         c.stop();
-      }
+      } while (!finished.wait_for(lock, std::chrono::milliseconds(50), is_done));
     });
   }
   const bool answered = c.send(req, res, error);  // the overload that does not copy the request

@@ -76,22 +76,23 @@ void InviteSweep::loop(std::string orchestrator_url) {
 int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   const Identity& keeper = state_.ledger().keeper();
   state_.forget_expired_invites(unix_seconds());
-  std::vector<Invite> invites;
+  std::vector<std::string> nodes;  // of each post
   std::vector<InvitePost> posts;
   for (const discovery::DiscoveredNode& d : discovery_.nodes(keeper)) {
     const auto& m = d.metadata;
     const double now = unix_seconds();
-    if (std::ssize(invites) == kMaxInvitesPerSweep) break;  // the rest next time
+    if (std::ssize(posts) == kMaxInvitesPerSweep) break;  // the rest next time
     if (!state_.wants_invite(m.address, now)) continue;
     if (!discovery::unmet(m.hardware, opt_.requirements).empty()) continue;
-    Invite invite = make_invite(keeper, state_.run_id(), opt_.domain, m.address, orchestrator_url,
-                                static_cast<int64_t>(now), opt_.invite_ttl_s);
+    const Invite invite =
+        make_invite(keeper, state_.run_id(), opt_.domain, m.address, orchestrator_url,
+                    static_cast<int64_t>(now), opt_.invite_ttl_s);
     // Recorded first: the node may register before its answer reaches us.
     state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now,
                          m.endpoint);
     state_.record_node_metadata(m.address, discovery::to_json(m).dump(), now);  // the dashboard's
     posts.push_back({m.endpoint, to_json(invite).dump()});
-    invites.push_back(std::move(invite));
+    nodes.push_back(m.address);
   }
   if (posts.empty()) return 0;
   const std::vector<InviteAnswer> answers = post_invites(posts, opt_.request_timeout_s);
@@ -99,11 +100,10 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   for (size_t i = 0; i < answers.size(); ++i) {
     if (answers[i].accepted()) {
       ++accepted;
-      log::info("orchestrator: invited node {} at {}", invites[i].node, posts[i].endpoint);
+      log::info("orchestrator: invited node {} at {}", nodes[i], posts[i].endpoint);
     } else {
       log::debug(
-          "orchestrator: node {} at {} did not take its invite ({})", invites[i].node,
-          posts[i].endpoint,
+          "orchestrator: node {} at {} did not take its invite ({})", nodes[i], posts[i].endpoint,
           answers[i].status ? fmt::format("status {}", answers[i].status) : answers[i].error);
     }
   }
