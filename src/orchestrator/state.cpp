@@ -136,6 +136,11 @@ SELECT id, step, node, submission, sha256, size, status, reason, samples, signal
 FROM submissions;
 )sql";
 
+// The nodes that count as present, with the time before which a heartbeat means Dead bound to its
+// `?` (State::dead_before): registered from an IP, not evicted, and alive or without heartbeats.
+constexpr const char* kLiveNodes =
+    "evicted = 0 AND ip != '' AND (heartbeat_at <= 0 OR heartbeat_at > ?)";
+
 constexpr const char* kNodeColumns =
     "address, ip, registered_at, last_seen, signed_at, evicted, evicted_reason, evicted_at, "
     "rejections, last_rejection, heartbeat_at";
@@ -306,11 +311,13 @@ std::string State::trainer_public_key() {
   return meta("trainer_public_key");
 }
 
+double State::dead_before(double now) const {
+  return now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after);
+}
+
 std::vector<std::string> State::allowed_ips(double now) {
-  Stmt q(db_,
-         "SELECT DISTINCT ip FROM nodes WHERE evicted = 0 AND ip != '' AND (heartbeat_at <= 0 OR "
-         "heartbeat_at > ?) ORDER BY ip");
-  q.bind(now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after));
+  Stmt q(db_, fmt::format("SELECT DISTINCT ip FROM nodes WHERE {} ORDER BY ip", kLiveNodes));
+  q.bind(dead_before(now));
   std::vector<std::string> out;
   while (q.step()) out.push_back(q.text(0));
   return out;
@@ -384,11 +391,8 @@ Registration State::register_node(const std::string& address, const std::string&
 std::string State::ip_problem_locked(const std::string& address, const std::string& ip,
                                      double now) {
   if (policy_.max_nodes_per_ip <= 0) return "";
-  // The other live nodes: registered, not evicted, and not dead (allowed_ips' rule).
-  Stmt q(db_,
-         "SELECT ip FROM nodes WHERE evicted = 0 AND registered_at > 0 AND address != ? AND "
-         "(heartbeat_at <= 0 OR heartbeat_at > ?)");
-  q.bind(address).bind(now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after));
+  Stmt q(db_, fmt::format("SELECT ip FROM nodes WHERE {} AND address != ?", kLiveNodes));
+  q.bind(dead_before(now)).bind(address);
   const std::string block = subscriber_block(ip);
   int64_t live = 0;
   while (q.step()) live += subscriber_block(q.text(0)) == block;
@@ -615,7 +619,7 @@ std::optional<Task> State::task_for(const std::string& address, double now) {
                              "nodes WHERE evicted = 1 OR (heartbeat_at > 0 AND heartbeat_at <= ?)) "
                              "ORDER BY id LIMIT 1",
                              kColumns));
-  free.bind(now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after));
+  free.bind(dead_before(now));
   if (!free.step()) return std::nullopt;
   Task t = read_task(free);
   t.node = address;

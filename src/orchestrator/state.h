@@ -370,6 +370,8 @@ class State {
   void exec(const char* sql);
   std::string meta(const std::string& key);
   void set_meta(const std::string& key, const std::string& value);
+  // A node whose last heartbeat is older than this at `now` is Dead (node_state()'s rule).
+  double dead_before(double now) const;
   std::vector<std::string> allowed_ips(double now);           // callers hold mu_
   std::optional<Node> find_node(const std::string& address);  // callers hold mu_
   bool has_status(const SubmissionKey& key, const char* status);
