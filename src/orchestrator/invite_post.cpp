@@ -13,13 +13,13 @@
 namespace trellis::orchestrator {
 namespace {
 
-// One invite's exchange: what the callbacks learn of the answer.
+// One invite's exchange: what the callbacks learn of the answer, and the answer.
 struct Exchange {
   struct EasyDeleter {
     void operator()(CURL* c) const { curl_easy_cleanup(c); }
   };
   std::unique_ptr<CURL, EasyDeleter> curl{curl_easy_init()};
-  std::string url;
+  InviteAnswer answer;
   int64_t header_bytes = 0;
   bool headers_too_large = false;
   bool body_started = false;  // the headers are complete: the status stands
@@ -69,7 +69,8 @@ void global_init() {
   if (code != CURLE_OK) fail("libcurl", "{}", curl_easy_strerror(code));
 }
 
-InviteAnswer answer_of(Exchange& x, CURLcode code) {
+// The answer of an exchange libcurl ended with `code`.
+InviteAnswer answer_of(const Exchange& x, CURLcode code) {
   InviteAnswer a;
   long status = 0;
   curl_easy_getinfo(x.curl.get(), CURLINFO_RESPONSE_CODE, &status);
@@ -99,7 +100,6 @@ std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, dou
   const long deadline_ms = std::max(1L, static_cast<long>(deadline_s * 1000));
 
   std::vector<Exchange> exchanges(posts.size());
-  std::vector<InviteAnswer> answers(posts.size());
   // Declared last, so cleaned up first: it lets go of the transfers before they are freed.
   struct MultiDeleter {
     void operator()(CURLM* m) const { curl_multi_cleanup(m); }
@@ -110,13 +110,12 @@ std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, dou
     Exchange& x = exchanges[i];
     CURL* c = x.curl.get();
     if (!c) fail("libcurl", "cannot start a transfer");
-    x.url = invite_url(posts[i].endpoint);
-    if (x.url.empty()) {
-      answers[i].error = "the endpoint is not a URL";
-      x.curl.reset();
+    const std::string url = invite_url(posts[i].endpoint);
+    if (url.empty()) {
+      x.answer.error = "the endpoint is not a URL";
       continue;
     }
-    curl_easy_setopt(c, CURLOPT_URL, x.url.c_str());
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());  // libcurl keeps a copy
     // Discovery admits only http(s) endpoints; libcurl, which speaks many more, must hold to
     // that whatever it is given (and follows no redirect: the default).
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -131,10 +130,9 @@ std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, dou
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, x.message);
-    curl_easy_setopt(c, CURLOPT_PRIVATE, static_cast<void*>(&answers[i]));
+    curl_easy_setopt(c, CURLOPT_PRIVATE, static_cast<void*>(&x));
     if (const CURLMcode m = curl_multi_add_handle(multi.get(), c); m != CURLM_OK) {
-      answers[i].error = curl_multi_strerror(m);
-      x.curl.reset();
+      x.answer.error = curl_multi_strerror(m);
     }
   }
 
@@ -147,14 +145,16 @@ std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, dou
     int left = 0;
     while (CURLMsg* msg = curl_multi_info_read(multi.get(), &left)) {
       if (msg->msg != CURLMSG_DONE) continue;
-      void* answer = nullptr;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &answer);
-      const size_t i = static_cast<InviteAnswer*>(answer) - answers.data();
-      answers[i] = answer_of(exchanges[i], msg->data.result);
+      void* exchange = nullptr;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &exchange);
+      auto* x = static_cast<Exchange*>(exchange);
+      x->answer = answer_of(*x, msg->data.result);
       curl_multi_remove_handle(multi.get(), msg->easy_handle);
     }
     if (running) curl_multi_poll(multi.get(), nullptr, 0, 100, nullptr);
   } while (running);
+  std::vector<InviteAnswer> answers;
+  for (Exchange& x : exchanges) answers.push_back(std::move(x.answer));
   return answers;
 }
 
