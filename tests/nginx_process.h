@@ -26,9 +26,9 @@ inline constexpr const char* kNginx = "/usr/sbin/nginx";
 // self-connect), which cost a CI run a rendezvous that never happened. Below the range only
 // another caller of free_port() can take it, and it picks at random.
 inline int free_port() {
-  int ephemeral_low = 32768, ephemeral_high = 60999;
+  int ephemeral_low = 32768;  // the range's first port: only its start matters here
   if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    if (std::fscanf(f, "%d %d", &ephemeral_low, &ephemeral_high) != 2) ephemeral_low = 32768;
+    if (std::fscanf(f, "%d", &ephemeral_low) != 1) ephemeral_low = 32768;
     std::fclose(f);
   }
   const auto try_bind = [](int port) {

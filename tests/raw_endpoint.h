@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,10 @@
 #include <gtest/gtest.h>
 
 namespace trellis::test {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 class RawEndpoint {
  public:
@@ -41,7 +46,16 @@ class RawEndpoint {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
 
-  // Writes all of `bytes`; false once the orchestrator has hung up.
+  // How long the first answer took, once it ended: -1 when none ended within `wait_s`.
+  double first_answer_seconds(double wait_s) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    while (first_answer_s_ < 0 && seconds_since(t0) < wait_s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return first_answer_s_;
+  }
+
+  // Writes all of `bytes`; false once the client has hung up.
   static bool send_all(int fd, std::string_view bytes) {
     while (!bytes.empty()) {
       const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
@@ -49,6 +63,17 @@ class RawEndpoint {
       bytes.remove_prefix(static_cast<size_t>(n));
     }
     return true;
+  }
+
+  // Answers with a status line, then one header byte every 100 ms (each well within any per-read
+  // time-out) for `for_s` seconds, or until the client hangs up.
+  static void trickle_headers(int fd, double for_s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bool open = send_all(fd, "HTTP/1.1 200 OK\r\nX-Slow: ");
+    while (open && seconds_since(t0) < for_s) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      open = send_all(fd, "a");
+    }
   }
 
  private:
@@ -59,7 +84,9 @@ class RawEndpoint {
       const int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) continue;
       read_request(c);
+      const auto t0 = std::chrono::steady_clock::now();
       answer_(c);
+      if (first_answer_s_ < 0) first_answer_s_ = seconds_since(t0);
       ::close(c);
     }
   }
@@ -83,6 +110,7 @@ class RawEndpoint {
   std::function<void(int)> answer_;
   int fd_ = -1, port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<double> first_answer_s_{-1};
   std::thread thread_;
 };
 

@@ -27,10 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // An orchestrator's state and a discovery service that lists the nodes a test publishes.
 class InviteSweep : public ::testing::Test {
  protected:
@@ -115,17 +111,7 @@ TEST_F(InviteSweep, ANodeEndpointsEndlessAnswerIsNotRead) {
 // time-out, held the sweep for as long as it kept at it (httplib had no deadline per request),
 // and the other nodes' invites waited behind it. Now it costs its own deadline and no more.
 TEST_F(InviteSweep, ATricklingEndpointDelaysNoOtherNodesInvite) {
-  constexpr double kTrickleFor = 30;
-  std::atomic<double> trickled_s{-1};
-  RawEndpoint trickler([&](int fd) {
-    const auto t0 = Clock::now();
-    bool open = RawEndpoint::send_all(fd, "HTTP/1.1 200 OK\r\nX-Slow: ");
-    while (open && seconds_since(t0) < kTrickleFor) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      open = RawEndpoint::send_all(fd, "a");
-    }
-    trickled_s = seconds_since(t0);
-  });
+  RawEndpoint trickler([](int fd) { RawEndpoint::trickle_headers(fd, 30); });
   httplib::Server honest;
   honest.Post("/invite", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{}", "application/json");
@@ -141,10 +127,7 @@ TEST_F(InviteSweep, ATricklingEndpointDelaysNoOtherNodesInvite) {
   EXPECT_EQ(sweep.sweep_once("http://127.0.0.1:1"), 1) << "the honest node took its invite";
   EXPECT_LT(seconds_since(t0), 10) << "the sweep waited on the trickling endpoint";
 
-  const auto deadline = Clock::now() + std::chrono::seconds(60);
-  while (trickled_s < 0 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  const double trickled_s = trickler.first_answer_seconds(60);
   EXPECT_GE(trickled_s, 0) << "the trickler never stopped";
   EXPECT_LT(trickled_s, 10) << "seconds before the orchestrator hung up on the trickler";
   honest.stop();
