@@ -117,6 +117,7 @@ trusted_proxies = []    # reverse proxies whose X-Real-IP names the client (ngin
 discovery_url = ""      # a `trellis discovery` service to invite nodes from (its discovery.readers must list this orchestrator's address, `trellis orchestrator`'s first log line); "" = no invites: nodes register themselves
 invite_sweep_s = 5.0    # seconds between sweeps of discovery for nodes to invite
 invite_ttl_s = 60       # an invite not used by then expires (the node is invited again)
+invite_private_addresses = false  # invite nodes at loopback, private (10/8, 192.168/16, fd00::/8, ...) and link-local addresses too: for a pool on a private network (`trellis run` sets it); otherwise a stranger's endpoint cannot aim the orchestrator's POST at the services behind it
 domain = ""             # what the pool trains, named in its invites; "" = env.name
 
 [orchestrator.requirements]  # what an invited node's measured hardware (published to discovery) must have

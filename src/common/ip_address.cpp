@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 
 #include "common/error.h"
 
@@ -13,6 +14,54 @@ bool is_ip_address(const std::string& text) {
   in_addr v4{};
   in6_addr v6{};
   return inet_pton(AF_INET, text.c_str(), &v4) == 1 || inet_pton(AF_INET6, text.c_str(), &v6) == 1;
+}
+
+namespace {
+
+// An IPv4 address (network byte order, as in in_addr) against IANA's special-purpose registry.
+bool is_public_ipv4(const unsigned char* a) {
+  const auto in = [&](unsigned b0, unsigned b1, unsigned b2, int bits) {
+    const uint32_t ip = uint32_t{a[0]} << 24 | uint32_t{a[1]} << 16 | uint32_t{a[2]} << 8 | a[3];
+    const uint32_t net = b0 << 24 | b1 << 16 | b2 << 8;
+    const uint32_t mask = ~uint32_t{0} << (32 - bits);
+    return (ip & mask) == net;
+  };
+  return !(in(0, 0, 0, 8) ||        // "this network"; 0.0.0.0 reaches the local host
+           in(10, 0, 0, 8) ||       // private
+           in(100, 64, 0, 10) ||    // shared address space (carrier-grade NAT)
+           in(127, 0, 0, 8) ||      // loopback
+           in(169, 254, 0, 16) ||   // link-local (cloud metadata services)
+           in(172, 16, 0, 12) ||    // private
+           in(192, 0, 0, 24) ||     // IETF protocol assignments
+           in(192, 0, 2, 24) ||     // documentation
+           in(192, 88, 99, 24) ||   // 6to4 relay anycast (deprecated)
+           in(192, 168, 0, 16) ||   // private
+           in(198, 18, 0, 15) ||    // benchmarking
+           in(198, 51, 100, 24) ||  // documentation
+           in(203, 0, 113, 24) ||   // documentation
+           in(224, 0, 0, 4) ||      // multicast
+           in(240, 0, 0, 4));       // reserved, and the broadcast address
+}
+
+}  // namespace
+
+bool is_public_address(const std::string& ip) {
+  in_addr v4{};
+  if (inet_pton(AF_INET, ip.c_str(), &v4) == 1)
+    return is_public_ipv4(reinterpret_cast<const unsigned char*>(&v4.s_addr));
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return false;
+  const unsigned char* b = v6.s6_addr;
+  static const unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  static const unsigned char kNat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+  if (std::equal(b, b + 12, kMapped) || std::equal(b, b + 12, kNat64))
+    return is_public_ipv4(b + 12);
+  if (b[0] == 0x20 && b[1] == 0x02) return is_public_ipv4(b + 2);  // 6to4: 2002:AABB:CCDD::/48
+  if ((b[0] & 0xe0) != 0x20)
+    return false;  // outside global unicast: ::1, fc00::/7, fe80::/10, ff00::/8, ...
+  // 2001::/23, IETF protocol assignments (Teredo, ORCHID, ...), and 2001:db8::/32, documentation.
+  if (b[0] == 0x20 && b[1] == 0x01 && (b[2] < 0x02 || (b[2] == 0x0d && b[3] == 0xb8))) return false;
+  return true;
 }
 
 std::string subscriber_block(const std::string& ip) {

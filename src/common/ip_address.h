@@ -15,6 +15,14 @@ bool is_ip_address(const std::string& text);
 // ("2001:db8:1:2::/64"). Text that is no IP address stands for itself.
 std::string subscriber_block(const std::string& ip);
 
+// Whether `ip` is reachable on the public internet: false for loopback, private (RFC 1918, IPv6
+// unique local), shared (100.64.0.0/10), link-local (cloud metadata services live there),
+// unspecified, multicast, documentation, benchmarking and reserved addresses (IANA's
+// special-purpose registries), for an IPv4 address carried in IPv6 (mapped, NAT64, 6to4) as for
+// the IPv4 address, for IPv6 outside 2000::/3, and for text that is no IP address. Where a
+// stranger names the address, this keeps what we send off the networks behind us.
+bool is_public_address(const std::string& ip);
+
 struct HostPort {
   std::string host;
   int port = 0;

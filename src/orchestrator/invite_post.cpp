@@ -4,10 +4,14 @@
 #include <initializer_list>
 #include <memory>
 
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
 #include <curl/curl.h>
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/ip_address.h"
 #include "common/source_address.h"
 
 namespace trellis::orchestrator {
@@ -23,6 +27,7 @@ struct Exchange {
   int64_t header_bytes = 0;
   bool headers_too_large = false;
   bool body_started = false;  // the headers are complete: the status stands
+  InviteReach reach = InviteReach::kPublic;
   char message[CURL_ERROR_SIZE] = {0};
 };
 
@@ -39,6 +44,31 @@ size_t on_header(char*, size_t size, size_t n, void* user) {
 size_t on_body(char*, size_t, size_t, void* user) {
   static_cast<Exchange*>(user)->body_started = true;
   return 0;  // ends the transfer (CURLE_WRITE_ERROR): the body is not read
+}
+
+// The numeric form of a socket address libcurl is about to connect to ("" for a family other
+// than IPv4 and IPv6).
+std::string address_text(const curl_sockaddr& a) {
+  char text[INET6_ADDRSTRLEN] = {0};
+  const void* ip = nullptr;
+  if (a.family == AF_INET) ip = &reinterpret_cast<const sockaddr_in*>(&a.addr)->sin_addr;
+  if (a.family == AF_INET6) ip = &reinterpret_cast<const sockaddr_in6*>(&a.addr)->sin6_addr;
+  if (!ip || !inet_ntop(a.family, ip, text, sizeof text)) return "";
+  return text;
+}
+
+// Opens each socket libcurl connects with, once the name is resolved: the one place that sees
+// the address actually used, whatever name, DNS answer or list of addresses led to it.
+curl_socket_t open_socket(void* user, curlsocktype, curl_sockaddr* address) {
+  auto* x = static_cast<Exchange*>(user);
+  if (x->reach == InviteReach::kPublic) {
+    const std::string ip = address_text(*address);
+    if (!is_public_address(ip)) {
+      x->answer.refused_address = ip.empty() ? "an address that is no IP" : ip;
+      return CURL_SOCKET_BAD;  // libcurl tries the name's next address, if it has one
+    }
+  }
+  return ::socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
 }
 
 // <scheme>://<host>[:<port>]/invite for `endpoint`, or "" when it is no URL. Whatever path,
@@ -72,10 +102,16 @@ void global_init() {
 // The answer of an exchange libcurl ended with `code`.
 InviteAnswer answer_of(const Exchange& x, CURLcode code) {
   InviteAnswer a;
+  a.refused_address = x.answer.refused_address;
   long status = 0;
   curl_easy_getinfo(x.curl.get(), CURLINFO_RESPONSE_CODE, &status);
   if (code == CURLE_OK || (code == CURLE_WRITE_ERROR && x.body_started)) {
     a.status = static_cast<int>(status);
+  } else if (!a.refused_address.empty()) {
+    a.error = fmt::format(
+        "it is at {}, which the public internet does not reach: no invite goes there unless "
+        "orchestrator.invite_private_addresses = true (a pool on a private network)",
+        a.refused_address);
   } else if (x.headers_too_large) {
     a.error = fmt::format("answered with more than {} bytes of headers", kMaxInviteHeaderBytes);
   } else {
@@ -86,7 +122,8 @@ InviteAnswer answer_of(const Exchange& x, CURLcode code) {
 
 }  // namespace
 
-std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, double deadline_s) {
+std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, double deadline_s,
+                                       InviteReach reach) {
   global_init();
   struct Headers {
     curl_slist* list = nullptr;
@@ -108,6 +145,7 @@ std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, dou
   if (!multi) fail("libcurl", "cannot start a multi handle");
   for (size_t i = 0; i < posts.size(); ++i) {
     Exchange& x = exchanges[i];
+    x.reach = reach;
     CURL* c = x.curl.get();
     if (!c) fail("libcurl", "cannot start a transfer");
     const std::string url = invite_url(posts[i].endpoint);
@@ -119,6 +157,11 @@ std::vector<InviteAnswer> post_invites(const std::vector<InvitePost>& posts, dou
     // Discovery admits only http(s) endpoints; libcurl, which speaks many more, must hold to
     // that whatever it is given (and follows no redirect: the default).
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    // Straight to the node: an http_proxy in the environment would make the proxy's address the
+    // one checked, and the proxy the one that reaches wherever the stranger's name points.
+    curl_easy_setopt(c, CURLOPT_PROXY, "");
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETDATA, &x);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, posts[i].body.data());
     curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(posts[i].body.size()));
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.list);

@@ -23,6 +23,7 @@ SweepOptions SweepOptions::from_config(const Config& config) {
   o.discovery_url = config.get<std::string>("orchestrator.discovery_url");
   o.interval_s = config.get_at_least<double>("orchestrator.invite_sweep_s", 0.05);
   o.invite_ttl_s = config.get_at_least<int64_t>("orchestrator.invite_ttl_s", 1);
+  o.invite_private_addresses = config.get<bool>("orchestrator.invite_private_addresses");
   o.domain = config.get<std::string>("orchestrator.domain");
   if (o.domain.empty()) o.domain = config.get<std::string>("env.name");
   o.requirements = discovery::requirements(config, "orchestrator.requirements");
@@ -95,12 +96,20 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
     nodes.push_back(m.address);
   }
   if (posts.empty()) return 0;
-  const std::vector<InviteAnswer> answers = post_invites(posts, opt_.request_timeout_s);
+  const std::vector<InviteAnswer> answers =
+      post_invites(posts, opt_.request_timeout_s,
+                   opt_.invite_private_addresses ? InviteReach::kAny : InviteReach::kPublic);
   int64_t accepted = 0;
   for (size_t i = 0; i < answers.size(); ++i) {
     if (answers[i].accepted()) {
       ++accepted;
       log::info("orchestrator: invited node {} at {}", nodes[i], posts[i].endpoint);
+    } else if (!answers[i].refused_address.empty() && unix_seconds() - private_warned_at_ > 60) {
+      // A warning once a minute at most (strangers may publish any number of such endpoints):
+      // on a private network, it is how the operator learns the setting they need.
+      log::warn("orchestrator: node {} at {} was not invited: {}", nodes[i], posts[i].endpoint,
+                answers[i].error);
+      private_warned_at_ = unix_seconds();
     } else {
       log::debug(
           "orchestrator: node {} at {} did not take its invite ({})", nodes[i], posts[i].endpoint,

@@ -7,7 +7,9 @@
 //
 // The endpoint is a stranger's URL: the orchestrator sends it one small POST per invite lifetime,
 // all of a sweep's invites at once, each within request_timeout_s for the whole exchange, and reads
-// nothing of an answer but its status (invite_post.h).
+// nothing of an answer but its status (invite_post.h). Unless invite_private_addresses is set, it
+// posts only to addresses the public internet reaches: a stranger's URL cannot aim it at the
+// loopback, private or link-local services of the orchestrator's own network.
 #pragma once
 
 #include <atomic>
@@ -31,8 +33,10 @@ struct SweepOptions {
   std::string domain;  // what the pool trains (env.name unless set)
   discovery::Requirements requirements;
   double request_timeout_s = 2;  // per invite (the whole exchange), and per read from discovery
+  bool invite_private_addresses = false;  // a pool on a private network (trellis run's included)
 
-  // [orchestrator] discovery_url, invite_sweep_s, invite_ttl_s, domain and requirements.
+  // [orchestrator] discovery_url, invite_sweep_s, invite_ttl_s, invite_private_addresses, domain
+  // and requirements.
   static SweepOptions from_config(const Config& config);
 };
 
@@ -58,6 +62,8 @@ class InviteSweep {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_
+  double private_warned_at_ =
+      -1e9;  // last warning of an invite refused for its address (sweeps only)
   std::thread thread_;
 };
 

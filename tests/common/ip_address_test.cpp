@@ -44,5 +44,69 @@ TEST(IpAddress, ASubscribersBlockIsItsIpv4AddressOrItsIpv6Slash64) {
   EXPECT_EQ(subscriber_block("not an address"), "not an address");
 }
 
+// Addresses a stranger may name but the public internet does not reach, each block at its edges,
+// against the ranges of IANA's special-purpose registries (RFC 6890 and its updates).
+TEST(IpAddress, OnlyAddressesTheInternetReachesArePublic) {
+  for (const char* ip :
+       {"1.1.1.1",         "8.8.8.8",         "9.255.255.255",        "11.0.0.0",
+        "100.63.255.255",  "100.128.0.0",     "126.255.255.255",      "128.0.0.0",
+        "169.253.255.255", "169.255.0.0",     "172.15.255.255",       "172.32.0.0",
+        "192.0.1.0",       "192.167.255.255", "192.169.0.0",          "198.17.255.255",
+        "198.20.0.0",      "223.255.255.255", "2001:4860:4860::8888", "2606:4700::1111",
+        "2001:200::1",     "3fff:ffff::1",    "::ffff:8.8.8.8",       "64:ff9b::808:808",
+        "2002:808:808::1"}) {
+    EXPECT_TRUE(is_public_address(ip)) << ip;
+  }
+  for (const char* ip : {"0.0.0.0",
+                         "0.1.2.3",
+                         "10.0.0.0",
+                         "10.255.255.255",
+                         "100.64.0.0",
+                         "100.127.255.255",
+                         "127.0.0.1",
+                         "127.255.255.254",
+                         "169.254.169.254",
+                         "172.16.0.0",
+                         "172.31.255.255",
+                         "192.0.0.8",
+                         "192.0.2.1",
+                         "192.88.99.1",
+                         "192.168.0.1",
+                         "192.168.255.255",
+                         "198.18.0.0",
+                         "198.19.255.255",
+                         "198.51.100.7",
+                         "203.0.113.9",
+                         "224.0.0.1",
+                         "239.255.255.255",
+                         "240.0.0.1",
+                         "255.255.255.255",
+                         "::",
+                         "::1",
+                         "::127.0.0.1",
+                         "::ffff:127.0.0.1",
+                         "::ffff:169.254.169.254",
+                         "64:ff9b::a00:1",
+                         "2002:a00:1::1",
+                         "2001::1",
+                         "2001:1ff:ffff::1",
+                         "2001:db8::1",
+                         "fc00::1",
+                         "fd12:3456::1",
+                         "fe80::1",
+                         "febf::1",
+                         "fec0::1",
+                         "ff02::1",
+                         "1000::1",
+                         "4000::1",
+                         "100::1",
+                         "localhost",
+                         "example.com",
+                         "",
+                         "10.0.0.1/8"}) {
+    EXPECT_FALSE(is_public_address(ip)) << ip;
+  }
+}
+
 }  // namespace
 }  // namespace trellis

@@ -42,6 +42,7 @@ class InviteSweep : public ::testing::Test {
     state_ = std::make_unique<orchestrator::State>(dir_ / "state.sqlite", "run-1", keeper_);
     options_.discovery_url = discovery_->url();
     options_.domain = "math";
+    options_.invite_private_addresses = true;  // the test's endpoints are on loopback
   }
   void TearDown() override {
     discovery_->stop();
@@ -134,6 +135,50 @@ TEST_F(InviteSweep, ATricklingEndpointDelaysNoOtherNodesInvite) {
   serving.join();
 }
 
+// A stranger's endpoint at a loopback address (or a name that resolves to one: the check is on
+// the address connected to): by default no invite goes there, and the sweep says which setting
+// a pool on a private network needs. Without the check, the endpoint got its POST.
+TEST_F(InviteSweep, NoInviteGoesToAnAddressThePublicInternetDoesNotReach) {
+  std::atomic<int> posts{0};
+  httplib::Server internal;
+  internal.Post("/invite", [&](const httplib::Request&, httplib::Response& res) {
+    ++posts;
+    res.set_content("{}", "application/json");
+  });
+  const int port = internal.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { internal.listen_after_bind(); });
+  const std::string by_address = "http://127.0.0.1:" + std::to_string(port);
+  const std::string by_name = "http://localhost:" + std::to_string(port);
+  publish(by_address);
+  publish(by_name);
+
+  options_.invite_private_addresses = false;  // the default
+  orchestrator::InviteSweep sweep(options_, *state_);
+  EXPECT_EQ(sweep.sweep_once("http://127.0.0.1:1"), 0) << "a node at loopback was invited";
+  EXPECT_EQ(posts.load(), 0) << "the internal service was posted to";
+
+  const auto answers = orchestrator::post_invites({{by_address, "{}"}, {by_name, "{}"}}, 5,
+                                                  orchestrator::InviteReach::kPublic);
+  ASSERT_EQ(answers.size(), 2u);
+  for (const auto& a : answers) {
+    EXPECT_EQ(a.status, 0);
+    EXPECT_FALSE(a.refused_address.empty());
+    EXPECT_NE(a.error.find("orchestrator.invite_private_addresses = true"), std::string::npos)
+        << a.error;
+  }
+  EXPECT_EQ(answers[0].refused_address, "127.0.0.1");
+  EXPECT_EQ(posts.load(), 0);
+
+  // The same endpoints in a pool on a private network.
+  const auto allowed = orchestrator::post_invites({{by_address, "{}"}, {by_name, "{}"}}, 5,
+                                                  orchestrator::InviteReach::kAny);
+  EXPECT_TRUE(allowed[0].accepted()) << allowed[0].error;
+  EXPECT_TRUE(allowed[1].accepted()) << allowed[1].error;
+  EXPECT_EQ(posts.load(), 2);
+  internal.stop();
+  serving.join();
+}
+
 // Headers without end, as fast as loopback takes them: the exchange stops at the bound, well
 // before its deadline, having read 64 KiB of them.
 TEST(InvitePost, EndlessHeadersAreCutOffAtTheirBound) {
@@ -146,7 +191,8 @@ TEST(InvitePost, EndlessHeadersAreCutOffAtTheirBound) {
       sent += static_cast<int64_t>(line.size());
     }
   });
-  const auto answers = orchestrator::post_invites({{flood.url(), "{}"}}, 60);
+  const auto answers =
+      orchestrator::post_invites({{flood.url(), "{}"}}, 60, orchestrator::InviteReach::kAny);
   ASSERT_EQ(answers.size(), 1u);
   EXPECT_FALSE(answers[0].accepted());
   EXPECT_NE(answers[0].error.find("more than 65536 bytes of headers"), std::string::npos)
@@ -184,7 +230,7 @@ TEST(InvitePost, EachEndpointGetsItsInviteAndAnswersWithItsStatus) {
        {"http://127.0.0.1:" + std::to_string(free_port()), invite},
        {"dict://127.0.0.1:" + std::to_string(taker_port), invite},
        {"http://[::1", invite}},
-      5);
+      5, orchestrator::InviteReach::kAny);
   ASSERT_EQ(answers.size(), 5u);
   EXPECT_TRUE(answers[0].accepted()) << answers[0].error << " (posted to /invite only)";
   EXPECT_EQ(got_body, invite);

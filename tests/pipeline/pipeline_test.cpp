@@ -429,7 +429,8 @@ void run_swarm(const fs::path& dir, const fs::path& warm, bool redis) {
   TrellisProcess discovery({"discovery", cfg, "--run-dir", run_dir.string()});
   const std::string discovery_url = url_in(run_dir / "discovery.url");
   TrellisProcess orchestrator({"orchestrator", cfg, "--run-dir", run_dir.string(), "--set",
-                               "orchestrator.discovery_url=" + discovery_url});
+                               "orchestrator.discovery_url=" + discovery_url, "--set",
+                               "orchestrator.invite_private_addresses=true"});
   const std::string url = url_in(run_dir / "orchestrator.url");
   TrellisProcess trainer(
       {"trainer", cfg, "--run-dir", run_dir.string(), "--set", "orchestrator.url=" + url});
