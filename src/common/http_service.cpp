@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -137,7 +134,7 @@ std::string HttpReply::code() const {
 
 HttpReply http_send(httplib::Client& c, const char* method, const std::string& path,
                     httplib::Headers headers, std::string body, const char* content_type,
-                    size_t max_bytes, double deadline_s) {
+                    size_t max_bytes) {
   httplib::Request req;
   req.method = method;
   req.path = path;
@@ -156,37 +153,8 @@ HttpReply http_send(httplib::Client& c, const char* method, const std::string& p
   };
   httplib::Response res;
   httplib::Error error = httplib::Error::Success;
-  // The watchdog: Client::stop() may be called from another thread, and shuts the socket down
-  // under the exchange, which then fails. It stops again until the exchange ends: a stop while
-  // the client is still connecting finds no socket to shut.
-  std::mutex mu;
-  std::condition_variable finished;
-  bool done = false, cut = false;
-  std::thread watchdog;
-  if (deadline_s > 0) {
-    watchdog = std::thread([&] {
-      std::unique_lock lock(mu);
-      const auto is_done = [&] { return done; };
-      if (finished.wait_for(lock, std::chrono::duration<double>(deadline_s), is_done)) return;
-      cut = true;
-      do {
-        c.stop();
-      } while (!finished.wait_for(lock, std::chrono::milliseconds(50), is_done));
-    });
-  }
   const bool answered = c.send(req, res, error);  // the overload that does not copy the request
-  if (watchdog.joinable()) {
-    {
-      std::lock_guard lock(mu);
-      done = true;
-    }
-    finished.notify_one();
-    watchdog.join();
-  }
-  if (cut && !answered) {
-    reply.error = fmt::format("no complete answer within {:g} s", deadline_s);
-    reply.body.clear();
-  } else if (too_large) {
+  if (too_large) {
     reply.error = fmt::format("the answer is larger than the {} bytes it may hold", max_bytes);
     reply.body.clear();
   } else if (!answered) {

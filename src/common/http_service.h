@@ -77,11 +77,11 @@ constexpr size_t kMaxJsonAnswerBytes = size_t{64} << 20;
 
 // Sends a request through `c` (without copying `body`) and reads at most `max_bytes` of the
 // answer: past that the transfer stops and the reply is an error. `content_type` null: none.
-// `deadline_s` > 0 cuts the whole exchange off then (an error): httplib's time-outs are per read,
-// so without one a peer that trickles its answer holds the caller for as long as it likes.
+// httplib's time-outs are per read: a peer that trickles its answer holds the caller for as long
+// as it likes, so a stranger's endpoint is asked through orchestrator/endpoint_request.h.
 HttpReply http_send(httplib::Client& c, const char* method, const std::string& path,
                     httplib::Headers headers, std::string body, const char* content_type,
-                    size_t max_bytes = kMaxJsonAnswerBytes, double deadline_s = 0);
+                    size_t max_bytes = kMaxJsonAnswerBytes);
 
 // The headers of `who`'s request signed now for `id` (request_signing.h), for httplib.
 httplib::Headers signed_headers(const Identity& who, const std::string& id,

@@ -15,6 +15,7 @@
 #include "common/http_service.h"
 #include "common/json.h"
 #include "common/logging.h"
+#include "orchestrator/endpoint_request.h"
 #include "rollout/store.h"
 
 namespace trellis::orchestrator {
@@ -25,7 +26,7 @@ namespace {
 
 // What GET /nodes/<address>/logs asks of an agent, and reads of its answer.
 constexpr int64_t kMaxLogLines = 10'000;
-constexpr size_t kMaxLogBytes = 1 << 20;
+constexpr int64_t kMaxLogBytes = 1 << 20;
 constexpr double kLogsDeadlineS = 10;
 
 constexpr size_t kMaxReasonBytes = 1000;  // of an eviction's reason
@@ -136,17 +137,21 @@ void Server::Impl::node_logs(const httplib::Request& req, httplib::Response& res
                        address, where));
   }
   const std::string target = fmt::format("/logs?lines={}", lines);
-  const httplib::Headers headers =
-      signed_headers(state.ledger().keeper(), address, "GET", target, sha256_hex(""));
-  // The node cannot flood the orchestrator, nor hold this server thread by trickling its answer.
-  httplib::Client c = http_client(endpoint, 5);
-  HttpReply answer =
-      http_send(c, "GET", target, headers, "", nullptr, kMaxLogBytes, kLogsDeadlineS);
-  if (answer.status != 200) {
-    refuse(
-        502, "node_unreachable",
-        fmt::format("node {} at {} did not give its logs: {} ({})", address, endpoint,
-                    answer.status ? fmt::format("HTTP {}", answer.status) : answer.error, where));
+  EndpointRequest ask{.endpoint = endpoint, .method = "GET", .target = target};
+  for (auto& [name, value] :
+       signed_headers(state.ledger().keeper(), address, "GET", target, sha256_hex(""))) {
+    ask.headers.emplace_back(name, value);
+  }
+  // The node cannot flood the orchestrator, hold this server thread by trickling its answer, nor
+  // (its name resolving elsewhere since its invite) aim the request at a service behind it.
+  ask.max_body_bytes = kMaxLogBytes;
+  EndpointAnswer answer =
+      std::move(send_to_endpoints({ask}, kLogsDeadlineS, endpoint_reach(opt.sweep)).front());
+  if (!answer.ok()) {
+    refuse(502, "node_unreachable",
+           fmt::format("node {} at {} did not give its logs: {} ({})", address, endpoint,
+                       answer.error.empty() ? fmt::format("HTTP {}", answer.status) : answer.error,
+                       where));
   }
   res.set_content(std::move(answer.body), "text/plain");
 }

@@ -6,8 +6,8 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/logging.h"
+#include "orchestrator/endpoint_request.h"
 #include "orchestrator/invite.h"
-#include "orchestrator/invite_post.h"
 
 namespace trellis::orchestrator {
 namespace {
@@ -28,6 +28,10 @@ SweepOptions SweepOptions::from_config(const Config& config) {
   if (o.domain.empty()) o.domain = config.get<std::string>("env.name");
   o.requirements = discovery::requirements(config, "orchestrator.requirements");
   return o;
+}
+
+EndpointReach endpoint_reach(const SweepOptions& options) {
+  return options.invite_private_addresses ? EndpointReach::kAny : EndpointReach::kPublic;
 }
 
 InviteSweep::InviteSweep(SweepOptions options, State& state)
@@ -78,7 +82,7 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   const Identity& keeper = state_.ledger().keeper();
   state_.forget_expired_invites(unix_seconds());
   std::vector<std::string> nodes;  // of each post
-  std::vector<InvitePost> posts;
+  std::vector<EndpointRequest> posts;
   for (const discovery::DiscoveredNode& d : discovery_.nodes(keeper)) {
     const auto& m = d.metadata;
     const double now = unix_seconds();
@@ -92,16 +96,21 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
     state_.record_invite(m.address, invite.nonce, static_cast<double>(invite.expires), now,
                          m.endpoint);
     state_.record_node_metadata(m.address, discovery::to_json(m).dump(), now);  // the dashboard's
-    posts.push_back({m.endpoint, to_json(invite).dump()});
+    // Nothing of the answer is read but its status.
+    posts.push_back({.endpoint = m.endpoint,
+                     .method = "POST",
+                     .target = "/invite",
+                     .headers = {{"Content-Type", "application/json"}},
+                     .body = to_json(invite).dump(),
+                     .max_body_bytes = 0});
     nodes.push_back(m.address);
   }
   if (posts.empty()) return 0;
-  const std::vector<InviteAnswer> answers =
-      post_invites(posts, opt_.request_timeout_s,
-                   opt_.invite_private_addresses ? InviteReach::kAny : InviteReach::kPublic);
+  const std::vector<EndpointAnswer> answers =
+      send_to_endpoints(posts, opt_.request_timeout_s, endpoint_reach(opt_));
   int64_t accepted = 0;
   for (size_t i = 0; i < answers.size(); ++i) {
-    if (answers[i].accepted()) {
+    if (answers[i].ok()) {
       ++accepted;
       log::info("orchestrator: invited node {} at {}", nodes[i], posts[i].endpoint);
     } else if (!answers[i].refused_address.empty() && unix_seconds() - private_warned_at_ > 60) {

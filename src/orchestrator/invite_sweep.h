@@ -7,8 +7,8 @@
 //
 // The endpoint is a stranger's URL: the orchestrator sends it one small POST per invite lifetime,
 // all of a sweep's invites at once, each within request_timeout_s for the whole exchange, and reads
-// nothing of an answer but its status (invite_post.h). Unless invite_private_addresses is set, it
-// posts only to addresses the public internet reaches: a stranger's URL cannot aim it at the
+// nothing of an answer but its status (endpoint_request.h). Unless invite_private_addresses is set,
+// it posts only to addresses the public internet reaches: a stranger's URL cannot aim it at the
 // loopback, private or link-local services of the orchestrator's own network.
 #pragma once
 
@@ -22,6 +22,7 @@
 #include "common/config.h"
 #include "discovery/client.h"
 #include "discovery/requirements.h"
+#include "orchestrator/endpoint_request.h"
 #include "orchestrator/state.h"
 
 namespace trellis::orchestrator {
@@ -39,6 +40,10 @@ struct SweepOptions {
   // and requirements.
   static SweepOptions from_config(const Config& config);
 };
+
+// Where the orchestrator may connect for a node's endpoint under `options`: its invites, and the
+// operator's fetch of the node's logs.
+EndpointReach endpoint_reach(const SweepOptions& options);
 
 class InviteSweep {
  public:

@@ -16,8 +16,7 @@
 #include "common/identity.h"
 #include "discovery/client.h"
 #include "discovery/server.h"
-#include "nginx_process.h"  // free_port
-#include "orchestrator/invite_post.h"
+#include "orchestrator/endpoint_request.h"
 #include "orchestrator/state.h"
 #include "raw_endpoint.h"
 
@@ -26,6 +25,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// An invite's request, as the sweep sends it, to `endpoint`.
+orchestrator::EndpointRequest invite(const std::string& endpoint) {
+  return {.endpoint = endpoint, .target = "/invite", .body = "{}"};
+}
 
 // An orchestrator's state and a discovery service that lists the nodes a test publishes.
 class InviteSweep : public ::testing::Test {
@@ -157,8 +161,8 @@ TEST_F(InviteSweep, NoInviteGoesToAnAddressThePublicInternetDoesNotReach) {
   EXPECT_EQ(sweep.sweep_once("http://127.0.0.1:1"), 0) << "a node at loopback was invited";
   EXPECT_EQ(posts.load(), 0) << "the internal service was posted to";
 
-  const auto answers = orchestrator::post_invites({{by_address, "{}"}, {by_name, "{}"}}, 5,
-                                                  orchestrator::InviteReach::kPublic);
+  const auto answers = orchestrator::send_to_endpoints({invite(by_address), invite(by_name)}, 5,
+                                                       orchestrator::EndpointReach::kPublic);
   ASSERT_EQ(answers.size(), 2u);
   for (const auto& a : answers) {
     EXPECT_EQ(a.status, 0);
@@ -170,85 +174,13 @@ TEST_F(InviteSweep, NoInviteGoesToAnAddressThePublicInternetDoesNotReach) {
   EXPECT_EQ(posts.load(), 0);
 
   // The same endpoints in a pool on a private network.
-  const auto allowed = orchestrator::post_invites({{by_address, "{}"}, {by_name, "{}"}}, 5,
-                                                  orchestrator::InviteReach::kAny);
-  EXPECT_TRUE(allowed[0].accepted()) << allowed[0].error;
-  EXPECT_TRUE(allowed[1].accepted()) << allowed[1].error;
+  const auto allowed = orchestrator::send_to_endpoints({invite(by_address), invite(by_name)}, 5,
+                                                       orchestrator::EndpointReach::kAny);
+  EXPECT_TRUE(allowed[0].ok()) << allowed[0].error;
+  EXPECT_TRUE(allowed[1].ok()) << allowed[1].error;
   EXPECT_EQ(posts.load(), 2);
   internal.stop();
   serving.join();
-}
-
-// Headers without end, as fast as loopback takes them: the exchange stops at the bound, well
-// before its deadline, having read 64 KiB of them.
-TEST(InvitePost, EndlessHeadersAreCutOffAtTheirBound) {
-  std::atomic<int64_t> sent{0};
-  RawEndpoint flood([&](int fd) {
-    const std::string line = "X-Flood: " + std::string(1000, 'a') + "\r\n";
-    bool open = RawEndpoint::send_all(fd, "HTTP/1.1 200 OK\r\n");
-    while (open && sent < (int64_t{4} << 30)) {
-      open = RawEndpoint::send_all(fd, line);
-      sent += static_cast<int64_t>(line.size());
-    }
-  });
-  const auto answers =
-      orchestrator::post_invites({{flood.url(), "{}"}}, 60, orchestrator::InviteReach::kAny);
-  ASSERT_EQ(answers.size(), 1u);
-  EXPECT_FALSE(answers[0].accepted());
-  EXPECT_NE(answers[0].error.find("more than 65536 bytes of headers"), std::string::npos)
-      << answers[0].error;
-  EXPECT_LT(sent.load(), int64_t{64} << 20) << "bytes of headers the endpoint got to send";
-}
-
-// Each invite reaches /invite at its own endpoint's host and port whole (whatever path, query or
-// credentials a stranger's URL holds), and each answer is its endpoint's status, or why none
-// came; libcurl holds to http(s) whatever URL it is given.
-TEST(InvitePost, EachEndpointGetsItsInviteAndAnswersWithItsStatus) {
-  std::string got_body, got_type;
-  bool got_query = true, got_credentials = true;
-  httplib::Server taker, refuser;
-  taker.Post("/invite", [&](const httplib::Request& req, httplib::Response& res) {
-    got_body = req.body;
-    got_type = req.get_header_value("Content-Type");
-    got_query = !req.params.empty();
-    got_credentials = req.has_header("Authorization");
-    res.set_content("{}", "application/json");
-  });
-  refuser.Post("/invite", [](const httplib::Request&, httplib::Response& res) {
-    res.status = 403;
-    res.set_content(R"({"error":"not my pool"})", "application/json");
-  });
-  const int taker_port = taker.bind_to_any_port("127.0.0.1");
-  const int refuser_port = refuser.bind_to_any_port("127.0.0.1");
-  std::thread t1([&] { taker.listen_after_bind(); });
-  std::thread t2([&] { refuser.listen_after_bind(); });
-  const std::string invite = R"({"node":"0xabc","nonce":"n"})";
-
-  const auto answers = orchestrator::post_invites(
-      {{"http://user:secret@127.0.0.1:" + std::to_string(taker_port) + "/admin?drop=1#x", invite},
-       {"http://127.0.0.1:" + std::to_string(refuser_port), invite},
-       {"http://127.0.0.1:" + std::to_string(free_port()), invite},
-       {"dict://127.0.0.1:" + std::to_string(taker_port), invite},
-       {"http://[::1", invite}},
-      5, orchestrator::InviteReach::kAny);
-  ASSERT_EQ(answers.size(), 5u);
-  EXPECT_TRUE(answers[0].accepted()) << answers[0].error << " (posted to /invite only)";
-  EXPECT_EQ(got_body, invite);
-  EXPECT_EQ(got_type, "application/json");
-  EXPECT_FALSE(got_query) << "the endpoint's query was sent";
-  EXPECT_FALSE(got_credentials) << "the endpoint's credentials were sent";
-  EXPECT_EQ(answers[1].status, 403);
-  EXPECT_FALSE(answers[1].accepted());
-  EXPECT_EQ(answers[2].status, 0) << "nothing listens there";
-  EXPECT_FALSE(answers[2].error.empty());
-  EXPECT_EQ(answers[3].status, 0);
-  EXPECT_NE(answers[3].error.find("dict"), std::string::npos) << answers[3].error;
-  EXPECT_EQ(answers[4].status, 0);
-  EXPECT_EQ(answers[4].error, "the endpoint is not a URL");
-  taker.stop();
-  refuser.stop();
-  t1.join();
-  t2.join();
 }
 
 }  // namespace

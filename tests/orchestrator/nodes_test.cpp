@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -25,6 +26,8 @@
 #include "orchestrator/api.h"
 #include "orchestrator/api_fixture.h"
 #include "orchestrator/client.h"
+#include "orchestrator/credentials.h"
+#include "orchestrator/state.h"
 #include "rollout_fixtures.h"
 
 namespace trellis::orchestrator {
@@ -552,6 +555,46 @@ TEST_F(NodeRegistry, NodesEvictionsAndTheTrainerKeySurviveARestart) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 403);
   EXPECT_EQ(trainer_->allowlist().revision, before.revision);
+}
+
+// The operator's fetch of a node's logs goes to the endpoint the node joined through, resolved
+// again: a node's name may point elsewhere since its invite. It connects only where an invite may
+// go: at a loopback address (as a node whose name came to resolve to one, or to a metadata
+// service, would be), only with orchestrator.invite_private_addresses = true. Without the check,
+// the service at that address got the orchestrator's signed GET.
+TEST_F(NodeRegistry, ANodesLogsAreFetchedOnlyFromAnAddressAnInviteMayReach) {
+  std::atomic<int> asked{0};
+  httplib::Server agent;
+  agent.Get("/logs", [&](const httplib::Request& req, httplib::Response& res) {
+    ++asked;
+    res.set_content("task log, last " + req.get_param_value("lines") + " lines", "text/plain");
+  });
+  const int agent_port = agent.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { agent.listen_after_bind(); });
+  ApiOptions o = options();
+  {  // The node joined through an invite to its endpoint, which is now at a loopback address.
+    State state(dir_ / "orchestrator.sqlite", o.run_id,
+                Identity::load_or_create(keeper_key_file(o.key_file, dir_)), o.pool);
+    const double now = static_cast<double>(unix_now());
+    state.record_invite(worker_.address(), "nonce-1", now + 60, now,
+                        "http://localhost:" + std::to_string(agent_port));
+    const Registration r =
+        state.register_node(worker_.address(), "203.0.113.7", unix_now(), now, "nonce-1");
+    ASSERT_EQ(r.outcome, Registration::kRegistered) << r.why;
+  }
+
+  o.sweep.invite_private_addresses = false;  // the default
+  start(o);
+  EXPECT_CONTAINS(test::error_of([&] { trainer_->node_logs(worker_.address(), 5); }),
+                  "orchestrator.invite_private_addresses = true");
+  EXPECT_EQ(asked.load(), 0) << "the service at the loopback address was asked";
+
+  o.sweep.invite_private_addresses = true;  // a pool on a private network
+  start(o);
+  EXPECT_EQ(trainer_->node_logs(worker_.address(), 5), "task log, last 5 lines");
+  EXPECT_EQ(asked.load(), 1);
+  agent.stop();
+  serving.join();
 }
 
 }  // namespace
