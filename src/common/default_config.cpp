@@ -64,6 +64,7 @@ node_rank = 0           # this machine's index (--node-rank); machine 0 holds ra
 rdzv = ""               # HOST:PORT of rank 0's rendezvous store (--rdzv; a private network); "" = one machine, a private file
 local_rank = 0          # set by the launcher for the ranks it starts; leave at 0
 collective_timeout_s = 900  # the longest a collective waits for a stuck rank before failing the run
+rendezvous_timeout_s = 300  # the longest the ranks wait for each other to start (machines launched by hand); the ranks missing then are named
 
 [loss]                  # GRPO-family objective (specs/rl.md §3)
 clip_eps = 0.2          # ε: the ratio is clipped to [1 - ε, 1 + ε]

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <thread>
 
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -78,6 +79,8 @@ DistributedOptions DistributedOptions::from_config(const Config& c) {
   }
   o.timeout_s = c.get<double>("trainer.collective_timeout_s");
   if (!(o.timeout_s > 0)) fail("trainer.collective_timeout_s", "must be positive");
+  o.rendezvous_timeout_s = c.get<double>("trainer.rendezvous_timeout_s");
+  if (!(o.rendezvous_timeout_s > 0)) fail("trainer.rendezvous_timeout_s", "must be positive");
   const std::string rdzv = c.get<std::string>("trainer.rdzv");
   if (rdzv.starts_with("file:")) {
     o.store_file = rdzv.substr(5);
@@ -106,6 +109,8 @@ ProcessGroup::ProcessGroup() = default;
 ProcessGroup::ProcessGroup(const DistributedOptions& o)
     : impl_(std::make_unique<Impl>()), rank_(o.rank()), world_(o.world()) {
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
+  const auto join_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(o.rendezvous_timeout_s * 1000));
   const std::string where = fmt::format(
       "rank {} of {}, rendezvous {}", rank_, world_,
       o.store_file.empty() ? fmt::format("{}:{}", o.rdzv_host, o.rdzv_port) : o.store_file);
@@ -119,21 +124,46 @@ ProcessGroup::ProcessGroup(const DistributedOptions& o)
       so.port = static_cast<uint16_t>(o.rdzv_port);
       so.isServer = rank_ == 0;
       so.numWorkers = world_;
-      so.waitWorkers = false;  // the Gloo rendezvous below waits for every rank
-      so.timeout = timeout;
+      so.waitWorkers = false;     // wait_for_every_rank() below names the ranks that do not come
+      so.timeout = join_timeout;  // how long a rank retries to reach rank 0's store
       store = c10::make_intrusive<c10d::TCPStore>(o.rdzv_host, so);
     }
     store->setTimeout(timeout);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>("trellis", store);
+    wait_for_every_rank(join_timeout, o.rendezvous_timeout_s, where);
     auto options = c10d::ProcessGroupGloo::Options::create();
     // Loopback on one machine; across machines, the address this machine reaches the store from.
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
         o.nnodes == 1 ? "127.0.0.1" : local_address_towards(o.rdzv_host, o.rdzv_port)));
     options->timeout = timeout;
     impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, rank_, world_, options);
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     fail(where, "cannot join the trainer's ranks: {}", e.what());
   }
+}
+
+void ProcessGroup::wait_for_every_rank(std::chrono::milliseconds timeout, double timeout_s,
+                                       const std::string& where) {
+  const auto key = [](int rank) { return fmt::format("joined/{}", rank); };
+  impl_->store->set(key(rank_), bytes_of("1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_; ++r) keys.push_back(key(r));
+  try {
+    impl_->store->wait(keys, timeout);
+    return;
+  } catch (const std::exception&) {  // c10d's time-out: which ranks are missing?
+  }
+  std::vector<int> missing;
+  for (int r = 0; r < world_; ++r)
+    if (!impl_->store->check({key(r)})) missing.push_back(r);
+  if (missing.empty()) return;  // the last one came just then
+  fail(where,
+       "rank{} {} of {} did not join within {:g} s (trainer.rendezvous_timeout_s): start the "
+       "trainer on every machine with --nnodes N --node-rank K and the same --rdzv HOST:PORT, or "
+       "see the log of a missing rank this machine started (rank-N.log in the run directory)",
+       missing.size() == 1 ? "" : "s", fmt::join(missing, ", "), world_, timeout_s);
 }
 
 ProcessGroup::~ProcessGroup() = default;

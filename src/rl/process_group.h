@@ -11,9 +11,12 @@
 //
 // Failures: a rank that fails stores its error in the rendezvous store before it exits; the others
 // see the broken collective (Gloo reports a closed peer at once) and fail with that rank's error.
-// A collective that waits longer than timeout_s for a live but stuck peer fails the same way.
+// A collective that waits longer than timeout_s for a live but stuck peer fails the same way. A
+// rank that never joins (a machine not started, a wrong --rdzv) fails the others after
+// rendezvous_timeout_s, with the ranks that are missing named.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,13 +38,16 @@ struct DistributedOptions {
   int rdzv_port = 0;
   std::string store_file;  // a FileStore instead (ranks on one machine)
   double timeout_s = 900;  // the longest one collective waits for a peer
+  // The longest the ranks wait for each other to join (a machine started late, or never): the
+  // ranks missing then are named.
+  double rendezvous_timeout_s = 300;
 
   int world() const { return nproc * nnodes; }
   int rank() const { return node_rank * nproc + local_rank; }
 
   // trainer.nproc, nnodes, node_rank, local_rank, rdzv ("HOST:PORT", "file:PATH" on one machine, ""
-  // = chosen by the launcher) and collective_timeout_s; Error naming the key when a value is
-  // unusable.
+  // = chosen by the launcher), collective_timeout_s and rendezvous_timeout_s; Error naming the key
+  // when a value is unusable.
   static DistributedOptions from_config(const Config& config);
 };
 
@@ -89,6 +95,10 @@ class ProcessGroup {
   template <typename Fn>
   void collective(const char* what, Fn&& fn);
   [[noreturn]] void peer_failed(const char* what, const std::string& detail);
+  // Says in the store that this rank has joined and waits until every rank has; Error at `where`
+  // naming the ranks still missing after `timeout` (`timeout_s`, for the message).
+  void wait_for_every_rank(std::chrono::milliseconds timeout, double timeout_s,
+                           const std::string& where);
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, world_ = 1;

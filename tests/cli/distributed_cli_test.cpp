@@ -199,6 +199,23 @@ TEST_F(DistributedCli, ARankThatFailsEndsEveryRankWithItsError) {
   EXPECT_CONTAINS(log, "no-such-model");
 }
 
+// A second "machine" that never starts: rank 0 waits trainer.rendezvous_timeout_s for it, and
+// names it. Before, Gloo's rendezvous waited out the collective time-out (900 s by default; 120
+// here, so that a failure cannot hold CI) and said only that a key timed out. And a rank 1 whose
+// rank 0 never starts gives up after the same rendezvous time-out.
+TEST_F(DistributedCli, ARankThatNeverJoinsIsNamedAfterTheRendezvousTimeout) {
+  const std::string flags =
+      "--set trainer.collective_timeout_s=120 --set "
+      "trainer.rendezvous_timeout_s=3 --nnodes 2 --rdzv 127.0.0.1:" +
+      std::to_string(test::free_port());
+  auto r = rl("alone", flags + " --node-rank 0");
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "rank 1 of 2 did not join within 3 s (trainer.rendezvous_timeout_s)");
+  r = rl("follower_alone", flags + " --node-rank 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_CONTAINS(r.output, "cannot join the trainer's ranks");
+}
+
 TEST_F(DistributedCli, RankFlagsAreChecked) {
   auto r = rl("bad1", "--nnodes 2");
   EXPECT_NE(r.status, 0);
