@@ -65,15 +65,19 @@ class RawEndpoint {
     return true;
   }
 
-  // Answers with a status line, then one header byte every 100 ms (each well within any per-read
-  // time-out) for `for_s` seconds, or until the client hangs up.
-  static void trickle_headers(int fd, double for_s) {
+  // Answers with `head`, then one byte every 100 ms (each well within any per-read time-out) for
+  // `for_s` seconds, or until the client hangs up.
+  static void trickle(int fd, std::string_view head, double for_s) {
     const auto t0 = std::chrono::steady_clock::now();
-    bool open = send_all(fd, "HTTP/1.1 200 OK\r\nX-Slow: ");
+    bool open = send_all(fd, head);
     while (open && seconds_since(t0) < for_s) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       open = send_all(fd, "a");
     }
+  }
+  // A status line, then a header a byte at a time.
+  static void trickle_headers(int fd, double for_s) {
+    trickle(fd, "HTTP/1.1 200 OK\r\nX-Slow: ", for_s);
   }
 
  private:

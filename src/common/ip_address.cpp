@@ -18,6 +18,15 @@ bool is_ip_address(const std::string& text) {
 
 namespace {
 
+// The first 12 bytes of an IPv4-mapped IPv6 address (::ffff:a.b.c.d), and of a NAT64 one
+// (64:ff9b::a.b.c.d, the well-known prefix): both carry an IPv4 address in their last 4.
+constexpr unsigned char kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+constexpr unsigned char kNat64Prefix[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+
+bool has_prefix(const unsigned char* v6, const unsigned char (&prefix)[12]) {
+  return std::equal(prefix, prefix + 12, v6);
+}
+
 // An IPv4 address (network byte order, as in in_addr) against IANA's special-purpose registry.
 bool is_public_ipv4(const unsigned char* a) {
   const auto in = [&](unsigned b0, unsigned b1, unsigned b2, int bits) {
@@ -52,13 +61,10 @@ bool is_public_address(const std::string& ip) {
   in6_addr v6{};
   if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return false;
   const unsigned char* b = v6.s6_addr;
-  static const unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  static const unsigned char kNat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-  if (std::equal(b, b + 12, kMapped) || std::equal(b, b + 12, kNat64))
-    return is_public_ipv4(b + 12);
+  if (has_prefix(b, kMappedPrefix) || has_prefix(b, kNat64Prefix)) return is_public_ipv4(b + 12);
   if (b[0] == 0x20 && b[1] == 0x02) return is_public_ipv4(b + 2);  // 6to4: 2002:AABB:CCDD::/48
-  if ((b[0] & 0xe0) != 0x20)
-    return false;  // outside global unicast: ::1, fc00::/7, fe80::/10, ff00::/8, ...
+  // Outside global unicast, 2000::/3: ::1, fc00::/7, fe80::/10, ff00::/8, ...
+  if ((b[0] & 0xe0) != 0x20) return false;
   // 2001::/23, IETF protocol assignments (Teredo, ORCHID, ...), and 2001:db8::/32, documentation.
   if (b[0] == 0x20 && b[1] == 0x01 && (b[2] < 0x02 || (b[2] == 0x0d && b[3] == 0xb8))) return false;
   return true;
@@ -68,9 +74,7 @@ std::string subscriber_block(const std::string& ip) {
   in6_addr v6{};
   if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return ip;
   const unsigned char* b = v6.s6_addr;
-  static const unsigned char kMappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::equal(b, b + 12, kMappedPrefix))
-    return fmt::format("{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
+  if (has_prefix(b, kMappedPrefix)) return fmt::format("{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
   std::fill(v6.s6_addr + 8, v6.s6_addr + 16, 0);
   char text[INET6_ADDRSTRLEN] = {0};
   inet_ntop(AF_INET6, &v6, text, sizeof text);

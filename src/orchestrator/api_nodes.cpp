@@ -137,16 +137,17 @@ void Server::Impl::node_logs(const httplib::Request& req, httplib::Response& res
                        address, where));
   }
   const std::string target = fmt::format("/logs?lines={}", lines);
-  EndpointRequest ask{.endpoint = endpoint, .method = "GET", .target = target};
-  for (auto& [name, value] :
-       signed_headers(state.ledger().keeper(), address, "GET", target, sha256_hex(""))) {
-    ask.headers.emplace_back(name, value);
-  }
   // The node cannot flood the orchestrator, hold this server thread by trickling its answer, nor
   // (its name resolving elsewhere since its invite) aim the request at a service behind it.
-  ask.max_body_bytes = kMaxLogBytes;
+  const EndpointRequest ask{
+      .endpoint = endpoint,
+      .method = "GET",
+      .target = target,
+      .headers = sign_request(state.ledger().keeper(), address, "GET", target, sha256_hex(""),
+                              static_cast<int64_t>(unix_seconds())),
+      .max_body_bytes = kMaxLogBytes};
   EndpointAnswer answer =
-      std::move(send_to_endpoints({ask}, kLogsDeadlineS, endpoint_reach(opt.sweep)).front());
+      std::move(send_to_endpoints({ask}, kLogsDeadlineS, opt.sweep.reach).front());
   if (!answer.ok()) {
     refuse(502, "node_unreachable",
            fmt::format("node {} at {} did not give its logs: {} ({})", address, endpoint,

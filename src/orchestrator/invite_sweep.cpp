@@ -23,15 +23,12 @@ SweepOptions SweepOptions::from_config(const Config& config) {
   o.discovery_url = config.get<std::string>("orchestrator.discovery_url");
   o.interval_s = config.get_at_least<double>("orchestrator.invite_sweep_s", 0.05);
   o.invite_ttl_s = config.get_at_least<int64_t>("orchestrator.invite_ttl_s", 1);
-  o.invite_private_addresses = config.get<bool>("orchestrator.invite_private_addresses");
+  o.reach = config.get<bool>("orchestrator.invite_private_addresses") ? EndpointReach::kAny
+                                                                      : EndpointReach::kPublic;
   o.domain = config.get<std::string>("orchestrator.domain");
   if (o.domain.empty()) o.domain = config.get<std::string>("env.name");
   o.requirements = discovery::requirements(config, "orchestrator.requirements");
   return o;
-}
-
-EndpointReach endpoint_reach(const SweepOptions& options) {
-  return options.invite_private_addresses ? EndpointReach::kAny : EndpointReach::kPublic;
 }
 
 InviteSweep::InviteSweep(SweepOptions options, State& state)
@@ -107,7 +104,7 @@ int64_t InviteSweep::sweep_once(const std::string& orchestrator_url) {
   }
   if (posts.empty()) return 0;
   const std::vector<EndpointAnswer> answers =
-      send_to_endpoints(posts, opt_.request_timeout_s, endpoint_reach(opt_));
+      send_to_endpoints(posts, opt_.request_timeout_s, opt_.reach);
   int64_t accepted = 0;
   for (size_t i = 0; i < answers.size(); ++i) {
     if (answers[i].ok()) {

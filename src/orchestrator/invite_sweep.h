@@ -7,9 +7,10 @@
 //
 // The endpoint is a stranger's URL: the orchestrator sends it one small POST per invite lifetime,
 // all of a sweep's invites at once, each within request_timeout_s for the whole exchange, and reads
-// nothing of an answer but its status (endpoint_request.h). Unless invite_private_addresses is set,
-// it posts only to addresses the public internet reaches: a stranger's URL cannot aim it at the
-// loopback, private or link-local services of the orchestrator's own network.
+// nothing of an answer but its status (endpoint_request.h). Unless
+// orchestrator.invite_private_addresses is set, it posts only to addresses the public internet
+// reaches: a stranger's URL cannot aim it at the loopback, private or link-local services of the
+// orchestrator's own network.
 #pragma once
 
 #include <atomic>
@@ -34,16 +35,14 @@ struct SweepOptions {
   std::string domain;  // what the pool trains (env.name unless set)
   discovery::Requirements requirements;
   double request_timeout_s = 2;  // per invite (the whole exchange), and per read from discovery
-  bool invite_private_addresses = false;  // a pool on a private network (trellis run's included)
+  // Where invites, and the operator's fetches of a node's logs, may connect: kAny for a pool on a
+  // private network (trellis run's included).
+  EndpointReach reach = EndpointReach::kPublic;
 
   // [orchestrator] discovery_url, invite_sweep_s, invite_ttl_s, invite_private_addresses, domain
   // and requirements.
   static SweepOptions from_config(const Config& config);
 };
-
-// Where the orchestrator may connect for a node's endpoint under `options`: its invites, and the
-// operator's fetch of the node's logs.
-EndpointReach endpoint_reach(const SweepOptions& options);
 
 class InviteSweep {
  public:
@@ -67,8 +66,8 @@ class InviteSweep {
   std::mutex mu_;
   std::condition_variable wake_;
   bool stopping_ = false;  // guarded by mu_
-  double private_warned_at_ =
-      -1e9;  // last warning of an invite refused for its address (sweeps only)
+  // When an invite refused for its address was last logged as a warning (sweeps only).
+  double private_warned_at_ = -1e9;
   std::thread thread_;
 };
 

@@ -130,7 +130,7 @@ ProcessGroup::ProcessGroup(const DistributedOptions& o)
     }
     store->setTimeout(timeout);
     impl_->store = c10::make_intrusive<c10d::PrefixStore>("trellis", store);
-    wait_for_every_rank(join_timeout, o.rendezvous_timeout_s, where);
+    wait_for_every_rank(join_timeout, where);
     auto options = c10d::ProcessGroupGloo::Options::create();
     // Loopback on one machine; across machines, the address this machine reaches the store from.
     options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(
@@ -144,7 +144,7 @@ ProcessGroup::ProcessGroup(const DistributedOptions& o)
   }
 }
 
-void ProcessGroup::wait_for_every_rank(std::chrono::milliseconds timeout, double timeout_s,
+void ProcessGroup::wait_for_every_rank(std::chrono::milliseconds timeout,
                                        const std::string& where) {
   const auto key = [](int rank) { return fmt::format("joined/{}", rank); };
   impl_->store->set(key(rank_), bytes_of("1"));
@@ -163,7 +163,8 @@ void ProcessGroup::wait_for_every_rank(std::chrono::milliseconds timeout, double
        "rank{} {} of {} did not join within {:g} s (trainer.rendezvous_timeout_s): start the "
        "trainer on every machine with --nnodes N --node-rank K and the same --rdzv HOST:PORT, or "
        "see the log of a missing rank this machine started (rank-N.log in the run directory)",
-       missing.size() == 1 ? "" : "s", fmt::join(missing, ", "), world_, timeout_s);
+       missing.size() == 1 ? "" : "s", fmt::join(missing, ", "), world_,
+       static_cast<double>(timeout.count()) / 1000);
 }
 
 ProcessGroup::~ProcessGroup() = default;

@@ -96,9 +96,8 @@ class ProcessGroup {
   void collective(const char* what, Fn&& fn);
   [[noreturn]] void peer_failed(const char* what, const std::string& detail);
   // Says in the store that this rank has joined and waits until every rank has; Error at `where`
-  // naming the ranks still missing after `timeout` (`timeout_s`, for the message).
-  void wait_for_every_rank(std::chrono::milliseconds timeout, double timeout_s,
-                           const std::string& where);
+  // naming the ranks still missing after `timeout`.
+  void wait_for_every_rank(std::chrono::milliseconds timeout, const std::string& where);
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0, world_ = 1;

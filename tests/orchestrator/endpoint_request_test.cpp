@@ -158,12 +158,7 @@ TEST(EndpointRequest, ABodyIsReadToItsBoundAndNoFurther) {
 // liked.
 TEST(EndpointRequest, ATrickledBodyEndsAtTheDeadline) {
   RawEndpoint trickler([](int fd) {
-    const auto t0 = std::chrono::steady_clock::now();
-    bool open = RawEndpoint::send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n");
-    while (open && seconds_since(t0) < 30) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      open = RawEndpoint::send_all(fd, "x");
-    }
+    RawEndpoint::trickle(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", 30);
   });
   const auto t0 = std::chrono::steady_clock::now();
   const auto answers = send_to_endpoints(

@@ -46,7 +46,7 @@ class InviteSweep : public ::testing::Test {
     state_ = std::make_unique<orchestrator::State>(dir_ / "state.sqlite", "run-1", keeper_);
     options_.discovery_url = discovery_->url();
     options_.domain = "math";
-    options_.invite_private_addresses = true;  // the test's endpoints are on loopback
+    options_.reach = orchestrator::EndpointReach::kAny;  // the test's endpoints are on loopback
   }
   void TearDown() override {
     discovery_->stop();
@@ -156,7 +156,7 @@ TEST_F(InviteSweep, NoInviteGoesToAnAddressThePublicInternetDoesNotReach) {
   publish(by_address);
   publish(by_name);
 
-  options_.invite_private_addresses = false;  // the default
+  options_.reach = orchestrator::EndpointReach::kPublic;  // the default
   orchestrator::InviteSweep sweep(options_, *state_);
   EXPECT_EQ(sweep.sweep_once("http://127.0.0.1:1"), 0) << "a node at loopback was invited";
   EXPECT_EQ(posts.load(), 0) << "the internal service was posted to";

@@ -583,13 +583,13 @@ TEST_F(NodeRegistry, ANodesLogsAreFetchedOnlyFromAnAddressAnInviteMayReach) {
     ASSERT_EQ(r.outcome, Registration::kRegistered) << r.why;
   }
 
-  o.sweep.invite_private_addresses = false;  // the default
+  o.sweep.reach = EndpointReach::kPublic;  // the default
   start(o);
   EXPECT_CONTAINS(test::error_of([&] { trainer_->node_logs(worker_.address(), 5); }),
                   "orchestrator.invite_private_addresses = true");
   EXPECT_EQ(asked.load(), 0) << "the service at the loopback address was asked";
 
-  o.sweep.invite_private_addresses = true;  // a pool on a private network
+  o.sweep.reach = EndpointReach::kAny;  // orchestrator.invite_private_addresses = true
   start(o);
   EXPECT_EQ(trainer_->node_logs(worker_.address(), 5), "task log, last 5 lines");
   EXPECT_EQ(asked.load(), 1);
