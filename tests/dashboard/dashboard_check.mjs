@@ -6,7 +6,8 @@
 //   a. without credentials, /dashboard and /dashboard/api/summary answer 401, also to a browser;
 //   b. with the trainer token as Basic password, every --nodes address gets a row, with no
 //      uncaught page error and no Content-Security-Policy violation at any point;
-//   c. the reward plot gains a point while we watch (the run trains on);
+//   c. the reward plot gains a point while we watch (the run trains on), and the broadcast plot
+//      shows each step's download beside the whole file's size;
 //   d. a rejected submission opens with its reason (containing --reason-contains) and checks;
 //   e. a node's logs button shows its log (or the server's error) in #node-logs;
 //   f. the ledger verifies and lists entries;
@@ -178,7 +179,7 @@ async function checkInBrowser(browser, args, shot) {
   //    violation fails the check (whichever wait is running ends at once).
   const context = await browser.newContext({
     httpCredentials: { username: 'operator', password: args.token },
-    viewport: { width: 1400, height: 900 },
+    viewport: { width: 1400, height: 1200 },
   });
   const page = await context.newPage();
   let reportProblem;
@@ -260,6 +261,23 @@ async function checkInBrowser(browser, args, shot) {
     (n) => document.querySelectorAll('#reward-plot [data-step]').length > n, n0, runState);
   const n1 = await page.evaluate(markers);
   log(`the reward plot gained a point: ${n0} -> ${n1}`);
+
+  // c'. The broadcast plot: per step, what a worker downloaded for the newest version beside the
+  // whole file (each marker's tooltip ends with its exact value); a download is never larger.
+  const broadcast = await page.evaluate(() => {
+    const steps = {};
+    for (const mark of document.querySelectorAll('#broadcast-plot [data-step]')) {
+      const m = /^step (\d+): (download|full) .*\(([^()]+)\)$/.exec(mark.textContent);
+      if (m) (steps[m[1]] ||= {})[m[2]] = Number(m[3]);
+    }
+    return steps;
+  });
+  const both = Object.entries(broadcast).filter(([, v]) => v.download > 0 && v.full > 0);
+  if (!both.length) fail(`#broadcast-plot has no step with both a download and a full size: ${JSON.stringify(broadcast)}`);
+  for (const [step, v] of both) {
+    if (v.download > v.full) fail(`#broadcast-plot: step ${step} downloaded ${v.download} bytes, more than the whole file (${v.full})`);
+  }
+  log(`#broadcast-plot: ${both.length} step(s) with download <= full (last ${JSON.stringify(both[both.length - 1])})`);
   await guarded(page.screenshot({ path: shot('dashboard-overview.png'), fullPage: true, timeout: leftMs('screenshots') }));
   await guarded(page.locator('#section-training').screenshot({ path: shot('dashboard-training.png'), timeout: leftMs('screenshots') }));
   log('screenshots dashboard-overview.png, dashboard-training.png');

@@ -113,6 +113,8 @@ function fmtSI(v) {
 
 const fmtInt = (v) => (isNum(v) ? grouped.format(Math.round(v)) : '–');
 const fmtPct = (v) => (isNum(v) ? `${Number((v * 100).toPrecision(3))}%` : '–');
+// Sizes in the decimal units a plot's log-scale ticks use (10M, 100M): 12.3MB.
+const fmtSIBytes = (v) => (isNum(v) ? `${fmtSI(v)}B` : '–');
 const fmtGiB = (mib) => (isNum(mib) ? `${Number((mib / 1024).toPrecision(3))} GiB` : '–');
 
 function fmtBytes(n) {
@@ -375,6 +377,14 @@ const PLOTS = {
       { key: 'throughput/train_tok_s', label: 'train' }] },
   idle: { title: 'Trainer idle', unit: 'fraction of step time', fixed: [0, 1], fmt: fmtPct,
     tickFmt: fmtPct, series: [{ key: 'trainer/idle_frac', label: 'idle' }] },
+  // What the newest published version costs to broadcast: what a worker holding the version
+  // before downloads (its weight delta, or the whole file without one), beside the whole file;
+  // and the share of the weights it left as they were (only versions published with a delta).
+  broadcast: { id: 'broadcast-plot', title: 'Broadcast', unit: 'bytes, log scale', log: true,
+    fmt: fmtSIBytes, series: [{ key: 'broadcast/bytes', label: 'download' },
+      { key: 'broadcast/full_bytes', label: 'full' }] },
+  unchanged: { title: 'Weights unchanged', unit: 'by the newest version', fixed: [0, 1],
+    fmt: fmtPct, tickFmt: fmtPct, series: [{ key: 'broadcast/unchanged_frac', label: 'unchanged' }] },
 };
 
 // The metrics shown in the "latest" strip, in this order.
@@ -383,6 +393,7 @@ const LATEST = [
   ['mismatch/k3', 'mismatch k3', fmtNum], ['staleness/mean', 'staleness', fmtNum],
   ['throughput/rollout_tok_s', 'rollout tok/s', fmtSI], ['throughput/train_tok_s', 'train tok/s', fmtSI],
   ['trainer/idle_frac', 'trainer idle', fmtPct], ['time/step', 'time/step', (v) => `${fmtNum(v)} s`],
+  ['broadcast/bytes', 'broadcast', fmtSIBytes],
 ];
 
 const W = 440;
