@@ -155,7 +155,7 @@ Server::Impl::Impl(ApiOptions o)
       state(opt.data_dir / "orchestrator.sqlite", opt.run_id,
             Identity::load_or_create(keeper_key_file(opt.key_file, opt.data_dir)), opt.pool),
       signer(state.url_secret()),
-      store(opt.data_dir),
+      store(opt.data_dir / "rollouts"),
       validating(opt.data_dir / "validating"),
       rejected(opt.data_dir / "rejected"),
       nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(unix_seconds())),
@@ -187,7 +187,7 @@ void Server::Impl::recover() {
       validating.move_from(store.path(s.key.step, name), s.key.step, name);
     } else {
       log::error("orchestrator: the file of validating {} is missing from {}", describe(s.key),
-                 validating.root().string());
+                 validating.dir().string());
     }
   }
   for (const auto& [step, name] : validating.list()) {

@@ -2,9 +2,9 @@
 // uploads and their checks, the queue of uploads waiting for trusted validators' verdicts, the
 // accepted files of each step, the trainer's published policy version and public key, and the
 // node registry with its evictions and the relays' IP allowlist. State lives in
-// <data_dir>/orchestrator.sqlite (state.h), accepted files in <data_dir>/rollouts/
-// (rollout/store.h), files waiting for a verdict in <data_dir>/validating/ and rejected ones in
-// <data_dir>/rejected/ (step_files.h), so a restarted server carries on where it stopped.
+// <data_dir>/orchestrator.sqlite (state.h), accepted files in <data_dir>/rollouts/, files
+// waiting for a verdict in <data_dir>/validating/ and rejected ones in <data_dir>/rejected/
+// (rollout/store.h), so a restarted server carries on where it stopped.
 //
 //   GET  /healthz                       200 "ok"
 //   GET  /metrics                       Prometheus text

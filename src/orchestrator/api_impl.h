@@ -41,7 +41,6 @@
 #include "orchestrator/ledger_audit.h"
 #include "orchestrator/signed_url.h"
 #include "orchestrator/state.h"
-#include "orchestrator/step_files.h"
 #include "rollout/rollout_file.h"
 #include "rollout/store.h"
 
@@ -93,9 +92,9 @@ struct Server::Impl {
   ApiOptions opt;
   State state;
   UrlSigner signer;
-  rollout::RolloutStore store;  // accepted files
-  StepFiles validating;         // files waiting for a validator's verdict
-  StepFiles rejected;           // files validators rejected, kept for operators
+  rollout::RolloutStore store;       // accepted files
+  rollout::RolloutStore validating;  // files waiting for a validator's verdict
+  rollout::RolloutStore rejected;    // files validators rejected, kept for operators
   httplib::Server svr;
   std::thread thread;
   int port = -1;

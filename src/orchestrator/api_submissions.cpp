@@ -282,7 +282,7 @@ void Server::Impl::upload(const httplib::Request& req, const std::string& bytes,
   // The orchestrator's checks passed: with validators the file waits for a verdict, without
   // them it is accepted now.
   const FileCounts counts = count_file(file.rows);
-  const StepFiles* waiting = opt.pool.validation ? &validating : nullptr;
+  const rollout::RolloutStore* waiting = opt.pool.validation ? &validating : nullptr;
   {
     std::lock_guard lock(decide_mu);
     if (state.is_accepted(key)) refuse(409, "duplicate", what + " is already accepted");

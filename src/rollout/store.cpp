@@ -22,8 +22,12 @@ bool parse_count(std::string_view text, int64_t& out) {
   return true;
 }
 
-void check_step(int64_t step, const std::string& where) {
-  if (step < 0 || step > INT32_MAX) fail(where, "step {} is out of range", step);
+void rename_file(const std::filesystem::path& from, const std::filesystem::path& to) {
+  std::error_code ec;
+  std::filesystem::create_directories(to.parent_path(), ec);
+  if (ec) fail(to.parent_path().string(), "cannot create directory: {}", ec.message());
+  std::filesystem::rename(from, to, ec);
+  if (ec) fail(from.string(), "cannot move the file to {}: {}", to.string(), ec.message());
 }
 
 }  // namespace
@@ -64,13 +68,13 @@ StoredName parse_stored_file_name(std::string_view name, const std::string& wher
   return out;
 }
 
-RolloutStore::RolloutStore(std::filesystem::path root) : root_(std::move(root)) {}
+RolloutStore::RolloutStore(std::filesystem::path dir) : dir_(std::move(dir)) {}
 
 std::filesystem::path RolloutStore::path(int64_t step, std::string_view name) const {
-  const std::string where = fmt::format("rollout store {}", root_.string());
-  check_step(step, where);
+  const std::string where = dir_.string();
+  if (step < 0 || step > INT32_MAX) fail(where, "step {} is out of range", step);
   parse_stored_file_name(name, where);
-  return root_ / "rollouts" / ("step_" + std::to_string(step)) / std::string(name);
+  return dir_ / ("step_" + std::to_string(step)) / std::string(name);
 }
 
 void RolloutStore::write(int64_t step, std::string_view name, std::string_view bytes) const {
@@ -96,39 +100,41 @@ void RolloutStore::remove(int64_t step, std::string_view name) const {
   if (ec) fail(p.string(), "cannot remove the rollout file: {}", ec.message());
 }
 
-std::vector<std::string> RolloutStore::list(int64_t step) const {
-  check_step(step, root_.string());
-  const auto dir = root_ / "rollouts" / ("step_" + std::to_string(step));
-  std::vector<std::string> names;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    try {
-      parse_stored_file_name(name, "");
-    } catch (const Error&) {
-      continue;  // temporary files of writes in progress, strays
-    }
-    if (entry.is_regular_file()) names.push_back(name);
-  }
-  if (ec) fail(dir.string(), "cannot list the directory: {}", ec.message());
-  std::sort(names.begin(), names.end());
-  return names;
+void RolloutStore::move_to(int64_t step, std::string_view name,
+                           const std::filesystem::path& to) const {
+  rename_file(path(step, name), to);
 }
 
-std::vector<int64_t> RolloutStore::steps() const {
-  std::vector<int64_t> out;
-  const auto dir = root_ / "rollouts";
+void RolloutStore::move_from(const std::filesystem::path& from, int64_t step,
+                             std::string_view name) const {
+  rename_file(from, path(step, name));
+}
+
+std::vector<std::pair<int64_t, std::string>> RolloutStore::list() const {
+  std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return out;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  if (!std::filesystem::is_directory(dir_, ec)) return out;
+  for (const auto& step_dir : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string dir_name = step_dir.path().filename().string();
     int64_t step = 0;
-    if (entry.is_directory() && name.starts_with("step_") && parse_count(name.substr(5), step)) {
-      out.push_back(step);
+    if (!dir_name.starts_with("step_") || !parse_count(dir_name.substr(5), step) ||
+        !step_dir.is_directory()) {
+      continue;
     }
+    std::error_code files_ec;
+    for (const auto& entry : std::filesystem::directory_iterator(step_dir.path(), files_ec)) {
+      const std::string name = entry.path().filename().string();
+      try {
+        parse_stored_file_name(name, "");
+      } catch (const Error&) {
+        continue;  // temporary files of writes in progress, strays
+      }
+      if (entry.is_regular_file()) out.emplace_back(step, name);
+    }
+    if (files_ec)
+      fail(step_dir.path().string(), "cannot list the directory: {}", files_ec.message());
   }
-  if (ec) fail(dir.string(), "cannot list the directory: {}", ec.message());
+  if (ec) fail(dir_.string(), "cannot list the directory: {}", ec.message());
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -1,5 +1,6 @@
 // The local rollout store: file names are checked before they touch the disk (no path can leave
-// its step directory), writes are whole files, listing skips anything that is not a rollout file.
+// its step directory), writes are whole files, moves are renames, listing skips anything that is
+// not a rollout file.
 #include <unistd.h>
 
 #include <filesystem>
@@ -46,26 +47,30 @@ TEST(RolloutStore, NamesRoundTripAndRefuseAnythingElse) {
 
 TEST(RolloutStore, WritesReadsListsAndRemoves) {
   const auto dir = fresh_dir("basic");
-  const RolloutStore store(dir);
+  const RolloutStore store(dir / "rollouts");
   const std::string a = stored_file_name(kNode, 0, "t"), b = stored_file_name(kNode, 1, "t");
-  EXPECT_TRUE(store.list(0).empty());
-  EXPECT_TRUE(store.steps().empty());
+  using Listing = std::vector<std::pair<int64_t, std::string>>;
+  EXPECT_TRUE(store.list().empty());
+  store.write(5, a, "x");
   store.write(2, b, "bytes of b");
   store.write(2, a, std::string("a\0a", 3));
-  store.write(5, a, "x");
   EXPECT_EQ(store.path(2, a), dir / "rollouts" / "step_2" / a);
   EXPECT_TRUE(fs::exists(dir / "rollouts" / "step_2" / a));
   EXPECT_EQ(store.read(2, a), std::string("a\0a", 3));
   EXPECT_EQ(store.read(2, b), "bytes of b");
-  EXPECT_EQ(store.list(2), (std::vector<std::string>{a, b}));
-  EXPECT_EQ(store.steps(), (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(store.list(), (Listing{{2, a}, {2, b}, {5, a}}));
   store.write(2, a, "replaced");  // the last whole write wins
   EXPECT_EQ(store.read(2, a), "replaced");
 
-  // Strays and temporary files of writes in progress are not listed.
+  // Strays and temporary files of writes in progress are not listed, nor are directories that
+  // are no step's.
   std::ofstream(dir / "rollouts" / "step_2" / (a + ".tmp.1.2")) << "partial";
   std::ofstream(dir / "rollouts" / "step_2" / "notes.txt") << "x";
-  EXPECT_EQ(store.list(2), (std::vector<std::string>{a, b}));
+  for (const char* stray : {"step_", "step_x", "step_07", "steps_3", "step_99999999999"}) {
+    fs::create_directories(dir / "rollouts" / stray);
+    std::ofstream(dir / "rollouts" / stray / a) << "x";
+  }
+  EXPECT_EQ(store.list(), (Listing{{2, a}, {2, b}, {5, a}}));
 
   EXPECT_TRUE(store.contains(2, b));
   store.remove(2, b);
@@ -76,13 +81,38 @@ TEST(RolloutStore, WritesReadsListsAndRemoves) {
   fs::remove_all(dir);
 }
 
+// The orchestrator moves a file between its directories (validating/, rollouts/, rejected/) by
+// renaming it: the file arrives whole, replaces one of the same name, and a missing file is an
+// error naming it.
+TEST(RolloutStore, MovesFilesBetweenStoresByRenaming) {
+  const auto dir = fresh_dir("moves");
+  const RolloutStore validating(dir / "validating"), accepted(dir / "rollouts");
+  const std::string a = stored_file_name(kNode, 0, "t");
+  validating.write(3, a, "the file");
+  accepted.write(3, a, "an older copy");
+  validating.move_to(3, a, accepted.path(3, a));
+  EXPECT_FALSE(validating.contains(3, a));
+  EXPECT_EQ(accepted.read(3, a), "the file");
+
+  validating.move_from(accepted.path(3, a), 3, a);  // back, into a step directory not there yet
+  EXPECT_FALSE(accepted.contains(3, a));
+  EXPECT_EQ(validating.read(3, a), "the file");
+
+  const std::string e = test::error_of([&] { accepted.move_to(3, a, validating.path(3, a)); });
+  EXPECT_NE(e.find("cannot move the file to"), std::string::npos) << e;
+  EXPECT_NE(e.find((dir / "rollouts" / "step_3" / a).string()), std::string::npos) << e;
+  EXPECT_EQ(validating.read(3, a), "the file");  // a failed move leaves the target alone
+  fs::remove_all(dir);
+}
+
 TEST(RolloutStore, RefusesPathsOutsideItsSteps) {
   const auto dir = fresh_dir("traversal");
-  const RolloutStore store(dir);
+  const RolloutStore store(dir / "rollouts");
   EXPECT_NE(test::error_of([&] { store.write(0, "../../escape.parquet", "x"); }), "");
   EXPECT_NE(test::error_of([&] { store.write(-1, stored_file_name(kNode, 0, "t"), "x"); }), "");
   EXPECT_NE(test::error_of([&] { store.read(0, "/etc/passwd"); }), "");
   EXPECT_FALSE(fs::exists(dir / "escape.parquet"));
+  EXPECT_FALSE(fs::exists(dir / "rollouts" / "escape.parquet"));
   EXPECT_FALSE(fs::exists(dir.parent_path() / "escape.parquet"));
   fs::remove_all(dir);
 }
