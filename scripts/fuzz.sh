@@ -3,10 +3,10 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each; no TARGET = all of them)
 #
-# Targets: rollout_reader safetensors tokenizer manifest delta proof config json (fuzz/<name>_fuzz.cpp,
-# docs/fuzzing.md). Each is linked from just the sources it needs; every source is compiled once
-# into build-fuzz/obj/ (with clang++, from clang and libclang-rt-14-dev, which scripts/setup.sh
-# installs) and shared between targets. Each target runs for SECONDS on its seeds
+# Targets: rollout_reader safetensors tokenizer manifest delta proof config json verifiers
+# (fuzz/<name>_fuzz.cpp, docs/fuzzing.md). Each is linked from just the sources it needs; every
+# source is compiled once into build-fuzz/obj/ (with clang++, from clang and libclang-rt-14-dev,
+# which scripts/setup.sh installs) and shared between targets. Each target runs for SECONDS on its seeds
 # fuzz/corpus/<name>/ plus what earlier runs found (build-fuzz/corpus/<name>/); a crash is saved as
 # build-fuzz/crashes/<name>-crash-*. Prints the executions of each target; exits non-zero if any
 # target crashed (every target still runs).
@@ -14,7 +14,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_TO_RUN="${1:-60}"
 shift || true
-ALL=(rollout_reader safetensors tokenizer manifest delta proof config json)
+ALL=(rollout_reader safetensors tokenizer manifest delta proof config json verifiers)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
 OUT="$ROOT/build-fuzz"
@@ -33,7 +33,7 @@ fi
 FLAGS=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined
        -fno-sanitize-recover=undefined -DTOML_HEADER_ONLY=1 "-DTOML_ASSERT(expr)=((void)0)"
        -I"$ROOT/src"
-       $(pkg-config --cflags thrift libzstd libpcre2-8 icu-uc libsodium))
+       $(pkg-config --cflags thrift libzstd libpcre2-8 icu-uc libsodium ginac))
 
 # The sources (under src/) and libraries of each target.
 sources_of() {
@@ -53,6 +53,10 @@ sources_of() {
     proof) echo toploc/proof.cpp toploc/polynomial.cpp toploc/topk.cpp toploc/verify.cpp ;;
     config) echo common/config.cpp common/default_config.cpp common/files.cpp ;;
     json) echo common/json.cpp common/files.cpp ;;
+    verifiers)
+      (cd "$ROOT/src" && ls env/*.cpp env/environments/*.cpp env/verifiers/*.cpp | grep -v verify_bench)
+      echo common/json.cpp common/files.cpp common/rng.cpp common/config.cpp \
+        common/default_config.cpp common/logging.cpp ;;
     *) echo "fuzz.sh: unknown target '$1' (targets: ${ALL[*]})" >&2; return 1 ;;
   esac
 }
@@ -62,6 +66,7 @@ libs_of() {
     tokenizer) pkg-config --libs libpcre2-8 icu-uc ;;
     manifest) pkg-config --libs libsodium ;;
     delta) pkg-config --libs libsodium libzstd ;;
+    verifiers) pkg-config --libs ginac libseccomp ;;
   esac
 }
 
@@ -110,7 +115,8 @@ for t in "${TARGETS[@]}"; do
   echo "fuzz.sh: running $t for ${SECONDS_TO_RUN}s"
   log="$OUT/logs/$t.log"
   rc=0
-  (cd "$OUT" && "./${t}_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 \
+  (cd "$OUT" && LSAN_OPTIONS="suppressions=$ROOT/fuzz/lsan_suppressions.txt" \
+    "./${t}_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 \
     -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 -artifact_prefix="crashes/$t-" \
     "corpus/$t" "$ROOT/fuzz/corpus/$t") >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -294,6 +294,12 @@ TEST(MathAnswer, HostileAnswersScoreZeroWithAReason) {
       {"\\sqrt[1000000]{2}", "root"},
       {"\\frac{1}{0}", "division by zero"},
       {"0^{-1}", "division by zero"},
+      {"0^{0}", "0^0"},
+      // GiNaC would take these, and throw (leaking memory) once a point or evalf makes the
+      // exponent a number that is not positive.
+      {"0^{i}", "not a positive number"},
+      {"\\frac{x}{0^{y}}", "not a positive number"},
+      {"0^{\\pi - 4}", "not a positive number"},
       {"\\frac{1}{2", "unbalanced"},
       {"((((1", "unbalanced"},
       {"1)", "unbalanced"},
@@ -316,6 +322,16 @@ TEST(MathAnswer, HostileAnswersScoreZeroWithAReason) {
   EXPECT_FALSE(math_answers_equal("1", "x^{999999999}"));
   // Equal strings take the fast path, where no algebra runs.
   EXPECT_TRUE(math_answers_equal("x^{999999999}", "x^{999999999}"));
+}
+
+// Expressions compared at points: a point where one is undefined (a pole) is skipped, and the
+// others decide.
+TEST(MathAnswer, APoleAtAPointIsSkipped) {
+  // 24/61 is the first point of x; normal() cannot cancel the sin^2 + cos^2 on its own.
+  EXPECT_TRUE(math_answers_equal("\\frac{\\sin^2 x + \\cos^2 x}{x - \\frac{24}{61}}",
+                                 "\\frac{61}{61x - 24}"));
+  EXPECT_FALSE(math_answers_equal("\\frac{\\sin^2 x + \\cos^2 x}{x - \\frac{24}{61}}",
+                                  "\\frac{62}{61x - 24}"));
 }
 
 TEST(MathAnswer, BigButBoundedWorkStillDecides) {

@@ -1145,6 +1145,72 @@ long bits_of(const GiNaC::numeric& n) {
   return std::max<long>(n.numer().int_length(), n.denom().int_length());
 }
 
+// Whether 0^exponent is a number: GiNaC's power::eval throws for 1/0, 0^0 and 0^i, and leaks the
+// object it was building when it does, a few dozen bytes a validator would lose for good on every
+// such answer a worker writes. So no power with a base of 0 reaches GiNaC unless this holds: an
+// exponent with a positive real part (0^x with x unknown may become one of those later).
+bool zero_power_is_defined(const GiNaC::ex& exponent) {
+  return GiNaC::is_a<GiNaC::numeric>(exponent) &&
+         GiNaC::ex_to<GiNaC::numeric>(exponent).real().is_positive();
+}
+
+// The floating-point value of an expression, with given values for its symbols, computed bottom up
+// here rather than by GiNaC's subs() and evalf(), whose powers may meet a base of 0 on the way
+// (a pole at the point, or (cos^2 1 + sin^2 1 - 1)^-1 once evaluated): see zero_power_is_defined.
+class Evaluator : public GiNaC::map_function {
+ public:
+  struct Undefined {};  // the expression has no value here
+
+  explicit Evaluator(const GiNaC::exmap& point) : point_(point) {}
+
+  GiNaC::ex operator()(const GiNaC::ex& e) override {
+    if (GiNaC::is_a<GiNaC::symbol>(e)) {
+      const auto it = point_.find(e);
+      return it == point_.end() ? e : it->second;
+    }
+    if (GiNaC::is_a<GiNaC::numeric>(e) || GiNaC::is_a<GiNaC::constant>(e)) return GiNaC::evalf(e);
+    if (GiNaC::is_a<GiNaC::power>(e)) {
+      const GiNaC::ex base = (*this)(e.op(0));
+      const GiNaC::ex exponent = (*this)(e.op(1));
+      if (base.is_zero() && !zero_power_is_defined(exponent)) throw Undefined{};
+      return GiNaC::pow(base, exponent);
+    }
+    if (GiNaC::is_a<GiNaC::function>(e)) {
+      const auto& f = GiNaC::ex_to<GiNaC::function>(e);
+      const std::string name = f.get_name();
+      if (name != "sin" && name != "cos" && name != "tan") return GiNaC::evalf(e.map(*this));
+      // sin(10^4000) needs 4000 digits of pi to evaluate, and at kDigits digits comes out as 0.
+      static const GiNaC::numeric limit = GiNaC::pow(GiNaC::numeric(10), GiNaC::numeric(20));
+      const GiNaC::ex argument = (*this)(e.op(0));
+      if (GiNaC::is_a<GiNaC::numeric>(argument) &&
+          GiNaC::abs(GiNaC::ex_to<GiNaC::numeric>(argument)) > limit) {
+        throw Unreadable{fmt::format("{} of an argument beyond 1e20", name)};
+      }
+      return GiNaC::evalf(GiNaC::function(f.get_serial(), argument));
+    }
+    return e.map(*this);
+  }
+
+ private:
+  const GiNaC::exmap& point_;
+};
+
+// e's value at `point` (its symbols' values); none where it is not a number there (a pole, a
+// symbol without a value, a function undefined there). Unreadable for an expression whose value
+// would be noise.
+std::optional<GiNaC::numeric> value_at(const GiNaC::ex& e, const GiNaC::exmap& point) {
+  try {
+    Evaluator evaluate(point);
+    const GiNaC::ex v = GiNaC::evalf(evaluate(e));
+    if (!GiNaC::is_a<GiNaC::numeric>(v)) return std::nullopt;
+    return GiNaC::ex_to<GiNaC::numeric>(v);
+  } catch (const Evaluator::Undefined&) {
+    return std::nullopt;
+  } catch (const std::exception&) {  // a pole of a function: log(0), tan(pi/2)
+    return std::nullopt;
+  }
+}
+
 // Builds GiNaC expressions from Nodes, refusing work that could explode. Symbols of the same name
 // are the same GiNaC symbol across both answers.
 class Converter {
@@ -1220,15 +1286,20 @@ class Converter {
   }
 
   static GiNaC::ex checked_power(const GiNaC::ex& base, const GiNaC::ex& exponent) {
+    if (base.is_zero() && !zero_power_is_defined(exponent)) {
+      if (exponent.is_zero()) throw Unreadable{"0^0 is undefined"};
+      if (GiNaC::is_a<GiNaC::numeric>(exponent) &&
+          GiNaC::ex_to<GiNaC::numeric>(exponent).real().is_negative()) {
+        throw Unreadable{"division by zero"};
+      }
+      throw Unreadable{"0 to a power that is not a positive number"};
+    }
     if (GiNaC::is_a<GiNaC::numeric>(exponent)) {
       const auto& k = GiNaC::ex_to<GiNaC::numeric>(exponent);
       const GiNaC::numeric magnitude = GiNaC::abs(k);
       bool trivial_base = false;
       if (GiNaC::is_a<GiNaC::numeric>(base)) {
         const auto& b = GiNaC::ex_to<GiNaC::numeric>(base);
-        // Refused here rather than by GiNaC, whose exception from power::eval leaks the object.
-        if (b.is_zero() && k.is_zero()) throw Unreadable{"0^0 is undefined"};
-        if (b.is_zero() && k.real().is_negative()) throw Unreadable{"division by zero"};
         trivial_base = b.is_zero() || GiNaC::abs(b).is_equal(GiNaC::numeric(1));
         if (!trivial_base) {
           const long bits = std::max(bits_of(b.real()), bits_of(b.imag()));
@@ -1245,9 +1316,8 @@ class Converter {
         throw Unreadable{fmt::format("a root of degree beyond {}", kMaxExponent)};
       }
     } else if (!has_symbols(exponent)) {
-      const GiNaC::ex value = GiNaC::evalf(exponent);
-      if (!GiNaC::is_a<GiNaC::numeric>(value) ||
-          GiNaC::abs(GiNaC::ex_to<GiNaC::numeric>(value)) > GiNaC::numeric(kMaxExponent)) {
+      const std::optional<GiNaC::numeric> value = value_at(exponent, {});
+      if (!value || GiNaC::abs(*value) > GiNaC::numeric(kMaxExponent)) {
         throw Unreadable{
             fmt::format("exponent {} exceeds the limit {}", shorten(exponent), kMaxExponent)};
       }
@@ -1260,9 +1330,8 @@ class Converter {
     const bool odd =
         GiNaC::is_a<GiNaC::numeric>(index) && GiNaC::ex_to<GiNaC::numeric>(index).is_odd();
     if (odd && !has_symbols(x)) {
-      const GiNaC::ex value = GiNaC::evalf(x);
-      if (GiNaC::is_a<GiNaC::numeric>(value) && GiNaC::ex_to<GiNaC::numeric>(value).is_real() &&
-          GiNaC::ex_to<GiNaC::numeric>(value).is_negative()) {
+      const std::optional<GiNaC::numeric> value = value_at(x, {});
+      if (value && value->is_real() && value->is_negative()) {
         return -checked_power(-x, 1 / index);
       }
     }
@@ -1390,31 +1459,15 @@ bool is_rational_function(const GiNaC::ex& e) {
   return false;
 }
 
-// Refuses expressions whose evaluation would be noise: sin(10^4000) needs 4000 digits of pi to
-// evaluate, and at kDigits digits comes out as 0.
-void check_evaluable(const GiNaC::ex& e) {
-  static const GiNaC::numeric limit = GiNaC::pow(GiNaC::numeric(10), GiNaC::numeric(20));
-  for (auto it = e.preorder_begin(); it != e.preorder_end(); ++it) {
-    if (!GiNaC::is_a<GiNaC::function>(*it)) continue;
-    const std::string name = GiNaC::ex_to<GiNaC::function>(*it).get_name();
-    if (name != "sin" && name != "cos" && name != "tan") continue;
-    const GiNaC::ex argument = GiNaC::evalf(it->op(0));
-    if (GiNaC::is_a<GiNaC::numeric>(argument) &&
-        GiNaC::abs(GiNaC::ex_to<GiNaC::numeric>(argument)) > limit) {
-      throw Unreadable{fmt::format("{} of an argument beyond 1e20", name)};
-    }
-  }
-}
-
-// Whether two values agree: |a - b| <= rel * max(|a|, |b|) + abs. None when either is not a number.
-std::optional<bool> close_values(const GiNaC::ex& a, const GiNaC::ex& b, bool inexact) {
-  check_evaluable(a);
-  check_evaluable(b);
-  const GiNaC::ex va = GiNaC::evalf(a);
-  const GiNaC::ex vb = GiNaC::evalf(b);
-  if (!GiNaC::is_a<GiNaC::numeric>(va) || !GiNaC::is_a<GiNaC::numeric>(vb)) return std::nullopt;
-  const auto& na = GiNaC::ex_to<GiNaC::numeric>(va);
-  const auto& nb = GiNaC::ex_to<GiNaC::numeric>(vb);
+// Whether two values agree at `point`: |a - b| <= rel * max(|a|, |b|) + abs. None when either is
+// not a number there.
+std::optional<bool> close_values(const GiNaC::ex& a, const GiNaC::ex& b, bool inexact,
+                                 const GiNaC::exmap& point = {}) {
+  const std::optional<GiNaC::numeric> va = value_at(a, point);
+  const std::optional<GiNaC::numeric> vb = value_at(b, point);
+  if (!va || !vb) return std::nullopt;
+  const GiNaC::numeric& na = *va;
+  const GiNaC::numeric& nb = *vb;
   // Exact values are evaluated with kDigits digits, so only rounding separates equal ones.
   static const GiNaC::numeric exact_rel = GiNaC::pow(GiNaC::numeric(10), GiNaC::numeric(-25));
   static const GiNaC::numeric exact_abs = GiNaC::pow(GiNaC::numeric(10), GiNaC::numeric(-30));
@@ -1556,13 +1609,8 @@ class Decider {
         // Floats, not exact rationals: x^(10^38 y) at an exact point would be computed exactly.
         point[symbols[j]] = GiNaC::evalf(GiNaC::numeric(numerator, 61));
       }
-      std::optional<bool> close;
-      try {
-        close = close_values(a.subs(point), b.subs(point), inexact);
-      } catch (const std::exception&) {  // a pole at this point
-        continue;
-      }
-      if (!close) continue;
+      const std::optional<bool> close = close_values(a, b, inexact, point);
+      if (!close) continue;  // either is undefined at this point
       if (!*close) return {false, "different expressions"};
       ++valid;
     }
