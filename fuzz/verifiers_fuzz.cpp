@@ -1,9 +1,10 @@
 // libFuzzer target for the verifiers, which read model output: a worker writes its completions,
 // and a validator scores them again. The first byte picks an environment of the registry and one
-// of its generated tasks; the rest is the completion. score() must return a reward in [0, 1] with
+// of its generated tasks, or the code environment's reading of what its sandboxed program returned
+// (canonical_python_value); the rest is the completion. score() must return a reward in [0, 1] with
 // a reason and never throw (env/environment.h): an exception, a crash, a sanitizer report, a leak
-// or a time-out is a bug. Every task's reference solution must score 1. The code environment is
-// left out: it runs the completion in the sandbox, whose attacks are tests/env/sandbox_test.cpp's.
+// or a time-out is a bug. Every task's reference solution must score 1. The code environment's
+// score() is left out: it runs the completion in the sandbox, whose attacks are sandbox_test.cpp's.
 // scripts/fuzz.sh builds and runs it; fuzz/corpus/verifiers/ holds the seeds (each task's
 // solution, and hostile replies).
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "env/registry.h"
+#include "env/verifiers/python_values.h"
 
 namespace {
 
@@ -67,10 +69,19 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Verifiers& v = *verifiers;
   if (size == 0) return 0;
-  const size_t pick = data[0] % (v.envs.size() * kTasksPerEnv);
+  const size_t pick = data[0] % (v.envs.size() * kTasksPerEnv + 1);
+  const std::string_view completion(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (pick == v.envs.size() * kTasksPerEnv) {
+    // What the code environment reads from its sandboxed program: a value it returned, encoded.
+    std::string error;
+    if (!trellis::env::canonical_python_value(completion, error) && error.empty()) {
+      std::fprintf(stderr, "verifiers_fuzz: a malformed Python value without an error\n");
+      std::abort();
+    }
+    return 0;
+  }
   const Environment& env = *v.envs[pick / kTasksPerEnv];
   const Task& task = v.tasks[pick / kTasksPerEnv][pick % kTasksPerEnv];
-  const std::string_view completion(reinterpret_cast<const char*>(data) + 1, size - 1);
   const trellis::env::Score s = env.score(task, completion);  // an exception is reported
   if (!(s.reward >= 0 && s.reward <= 1)) bug(env, task, "a reward outside [0, 1]");
   if (s.reason.empty()) bug(env, task, "a score without a reason");

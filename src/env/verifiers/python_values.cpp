@@ -101,7 +101,11 @@ std::string canonical(const Json& value) {
     return fmt::format("S{}:{}", s.size(), s);
   }
   if (!value.is_object() || value.size() != 1) throw Malformed{"a value of unknown form"};
-  const auto& [tag, body] = *value.items().begin();
+  // Through the object's own iterator: a structured binding to *value.items().begin() would
+  // refer to a proxy that dies with the statement (ASan: stack-use-after-scope, found by fuzzing).
+  const auto only = value.begin();
+  const std::string& tag = only.key();
+  const Json& body = only.value();
   if (tag == "int" || tag == "float") {
     if (!body.is_string()) throw Malformed{"a number is not given as text"};
     const auto& text = body.get_ref<const std::string&>();
