@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "common/error.h"
+
 namespace trellis::engine {
 namespace {
 
@@ -228,10 +230,10 @@ Json ApiError::to_json() const {
 
 Json parse_body(const std::string& body) {
   Json j;
-  try {
-    j = Json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ApiError(400, fmt::format("the request body is not valid JSON (at byte {})", e.byte));
+  try {  // bounded nesting, and numbers beyond a double refused (nlohmann throws out_of_range)
+    j = parse_json(body, "the request body");
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
   }
   if (!j.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return j;
