@@ -43,44 +43,17 @@ void openai(const std::string& body, bool chat) {
   }
 }
 
-void invite(const Json& j) {
-  trellis::orchestrator::Invite parsed;
+// A body `read` accepts must read back the same from what `write` makes of it.
+template <typename Read, typename Write>
+void round_trip(const Json& j, const char* what, Read read, Write write) {
+  decltype(read(j)) parsed;
   try {
-    parsed = trellis::orchestrator::parse_invite(j, "invite");
+    parsed = read(j);
   } catch (const trellis::Error&) {
     return;
   }
-  const Json written = trellis::orchestrator::to_json(parsed);
-  if (trellis::orchestrator::to_json(trellis::orchestrator::parse_invite(written, "again")) !=
-      written) {
-    bug("an invite does not read back the same");
-  }
-}
-
-void node_metadata(const Json& j) {
-  trellis::discovery::NodeMetadata parsed;
-  try {
-    parsed = trellis::discovery::parse_node_metadata(j, kAddress, "metadata");
-  } catch (const trellis::Error&) {
-    return;
-  }
-  const Json written = trellis::discovery::to_json(parsed);
-  if (trellis::discovery::to_json(
-          trellis::discovery::parse_node_metadata(written, kAddress, "again")) != written) {
-    bug("node metadata does not read back the same");
-  }
-}
-
-void task(const Json& j) {
-  trellis::env::Task parsed;
-  try {
-    parsed = trellis::env::task_from_json(j, "task");
-  } catch (const trellis::Error&) {
-    return;
-  }
-  const Json written = trellis::env::task_to_json(parsed);
-  if (trellis::env::task_to_json(trellis::env::task_from_json(written, "again")) != written)
-    bug("a task does not read back the same");
+  const Json written = write(parsed);
+  if (write(read(written)) != written) bug(what);
 }
 
 }  // namespace
@@ -99,8 +72,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const trellis::Error&) {
     return 0;
   }
-  if (reader == 2) invite(j);
-  if (reader == 3) node_metadata(j);
-  if (reader == 4) task(j);
+  namespace orchestrator = trellis::orchestrator;
+  namespace discovery = trellis::discovery;
+  if (reader == 2) {
+    round_trip(
+        j, "an invite does not read back the same",
+        [](const Json& x) { return orchestrator::parse_invite(x, "invite"); },
+        [](const orchestrator::Invite& i) { return orchestrator::to_json(i); });
+  } else if (reader == 3) {
+    round_trip(
+        j, "node metadata does not read back the same",
+        [](const Json& x) { return discovery::parse_node_metadata(x, kAddress, "metadata"); },
+        [](const discovery::NodeMetadata& m) { return discovery::to_json(m); });
+  } else {
+    round_trip(
+        j, "a task does not read back the same",
+        [](const Json& x) { return trellis::env::task_from_json(x, "task"); },
+        [](const trellis::env::Task& t) { return trellis::env::task_to_json(t); });
+  }
   return 0;
 }

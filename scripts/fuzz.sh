@@ -4,11 +4,12 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each; no TARGET = all of them)
 #
 # Targets: rollout_reader safetensors tokenizer manifest delta proof config json verifiers
-# requests (fuzz/<name>_fuzz.cpp, docs/fuzzing.md). Each is linked from just the sources it needs; every
-# source is compiled once into build-fuzz/obj/ (with clang++, from clang and libclang-rt-14-dev,
-# which scripts/setup.sh installs) and shared between targets. Each target runs for SECONDS on its seeds
-# fuzz/corpus/<name>/ plus what earlier runs found (build-fuzz/corpus/<name>/); a crash is saved as
-# build-fuzz/crashes/<name>-crash-*. Prints the executions of each target; exits non-zero if any
+# requests (fuzz/<name>_fuzz.cpp, docs/fuzzing.md). Each is linked from just the sources it needs;
+# every source is compiled once into build-fuzz/obj/ (with clang++, from clang and
+# libclang-rt-14-dev, which scripts/setup.sh installs) and shared between targets. Each target runs
+# for SECONDS on its seeds fuzz/corpus/<name>/ plus what earlier runs found
+# (build-fuzz/corpus/<name>/); a crash is saved as build-fuzz/crashes/<name>-crash-*. LeakSanitizer
+# reads fuzz/lsan_suppressions.txt. Prints the executions of each target; exits non-zero if any
 # target crashed (every target still runs).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
