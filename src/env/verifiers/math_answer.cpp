@@ -41,9 +41,10 @@ constexpr long kMaxNumberBits = 40000;
 constexpr long kMaxFactorial = 1000;
 constexpr long kMaxBinomialN = 10000;
 constexpr long kMaxSymbolicBinomialK = 100;
-constexpr double kMaxExpansionTerms = 2000;  // beyond this, normal() is skipped: numbers decide
-constexpr int kDigits = 50;                  // GiNaC's precision for evalf
-constexpr int kPoints = 6;                   // evaluation points for expressions with symbols
+constexpr double kMaxExpansionTerms = 2000;     // beyond this, normal() is skipped: numbers decide
+constexpr size_t kMaxNormalIndeterminates = 4;  // likewise: gcds in more variables explode
+constexpr int kDigits = 50;                     // GiNaC's precision for evalf
+constexpr int kPoints = 6;                      // evaluation points for expressions with symbols
 constexpr int kMinValidPoints = 3;
 
 bool is_space(char c) {
@@ -1441,6 +1442,21 @@ double expansion_terms(const GiNaC::ex& e) {
   return 1;
 }
 
+// How many indeterminates normal() would see in e (symbols, and functions and non-integer powers,
+// which it treats as symbols), counting up to `cap` + 1. Its multivariate gcds take time that grows
+// steeply with them: a reply of 800 characters in eight symbols and a few sines took 2.5 s.
+size_t indeterminates(const GiNaC::ex& e, size_t cap) {
+  GiNaC::exset seen;
+  for (auto it = e.preorder_begin(); it != e.preorder_end() && seen.size() <= cap; ++it) {
+    const bool atom =
+        GiNaC::is_a<GiNaC::symbol>(*it) || GiNaC::is_a<GiNaC::function>(*it) ||
+        (GiNaC::is_a<GiNaC::power>(*it) && !(GiNaC::is_a<GiNaC::numeric>(it->op(1)) &&
+                                             GiNaC::ex_to<GiNaC::numeric>(it->op(1)).is_integer()));
+    if (atom) seen.insert(*it);
+  }
+  return seen.size();
+}
+
 // Whether e is a rational function of its symbols with exact rational coefficients, so that
 // normal() decides equality by itself.
 bool is_rational_function(const GiNaC::ex& e) {
@@ -1579,7 +1595,8 @@ class Decider {
     const GiNaC::ex d = a - b;
     if (d.is_zero()) return {true, "symbolically equal"};
     const bool symbolic = has_symbols(a) || has_symbols(b);
-    if (expansion_terms(a) + expansion_terms(b) <= kMaxExpansionTerms) {
+    if (expansion_terms(a) + expansion_terms(b) <= kMaxExpansionTerms &&
+        indeterminates(d, kMaxNormalIndeterminates) <= kMaxNormalIndeterminates) {
       const GiNaC::ex simplified = GiNaC::normal(d);
       if (simplified.is_zero()) return {true, "symbolically equal"};
       if (!inexact && is_rational_function(a) && is_rational_function(b)) {
