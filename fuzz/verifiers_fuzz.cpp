@@ -33,10 +33,13 @@ struct Verifiers {
   std::vector<std::vector<Task>> tasks;  // per environment
 };
 
-[[noreturn]] void bug(const Environment& env, const Task& task, const char* what) {
-  std::fprintf(stderr, "verifiers_fuzz: %s: task %s: %s\n", env.name().c_str(),
-               task.task_id.c_str(), what);
+[[noreturn]] void bug(const std::string& where, const char* what) {
+  std::fprintf(stderr, "verifiers_fuzz: %s: %s\n", where.c_str(), what);
   std::abort();
+}
+
+[[noreturn]] void bug(const Environment& env, const Task& task, const char* what) {
+  bug(env.name() + ": task " + task.task_id, what);
 }
 
 Verifiers make_verifiers() {
@@ -74,10 +77,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (pick == v.envs.size() * kTasksPerEnv) {
     // What the code environment reads from its sandboxed program: a value it returned, encoded.
     std::string error;
-    if (!trellis::env::canonical_python_value(completion, error) && error.empty()) {
-      std::fprintf(stderr, "verifiers_fuzz: a malformed Python value without an error\n");
-      std::abort();
-    }
+    if (!trellis::env::canonical_python_value(completion, error) && error.empty())
+      bug("canonical_python_value", "a malformed value without an error");
     return 0;
   }
   const Environment& env = *v.envs[pick / kTasksPerEnv];
