@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each; no TARGET = all of them)
 #
 # Targets: rollout_reader safetensors tokenizer manifest delta proof config json verifiers
-# requests (fuzz/<name>_fuzz.cpp, docs/fuzzing.md). Each is linked from just the sources it needs;
+# requests access (fuzz/<name>_fuzz.cpp, docs/fuzzing.md). Each is linked from just the sources it needs;
 # every source is compiled once into build-fuzz/obj/ (with clang++, from clang and
 # libclang-rt-14-dev, which scripts/setup.sh installs) and shared between targets. Each target runs
 # for SECONDS on its seeds fuzz/corpus/<name>/ plus what earlier runs found
@@ -15,7 +15,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_TO_RUN="${1:-60}"
 shift || true
-ALL=(rollout_reader safetensors tokenizer manifest delta proof config json verifiers requests)
+ALL=(rollout_reader safetensors tokenizer manifest delta proof config json verifiers requests
+     access)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
 OUT="$ROOT/build-fuzz"
@@ -62,6 +63,10 @@ sources_of() {
       echo engine/openai_protocol.cpp model/tokenizer.cpp model/chat_template.cpp \
         orchestrator/invite.cpp discovery/node_metadata.cpp env/task.cpp common/json.cpp \
         common/files.cpp common/identity.cpp common/hashing.cpp common/sha256_ni.cpp ;;
+    access)
+      echo common/request_signing.cpp orchestrator/signed_url.cpp common/ip_address.cpp \
+        shardcast/access_control.cpp common/identity.cpp common/hashing.cpp common/sha256_ni.cpp \
+        common/files.cpp ;;
     *) echo "fuzz.sh: unknown target '$1' (targets: ${ALL[*]})" >&2; return 1 ;;
   esac
 }
@@ -73,6 +78,7 @@ libs_of() {
     delta) pkg-config --libs libsodium libzstd ;;
     verifiers) pkg-config --libs ginac libseccomp ;;
     requests) pkg-config --libs libsodium libpcre2-8 icu-uc ;;
+    access) pkg-config --libs libsodium ;;
   esac
 }
 

@@ -41,9 +41,10 @@ std::vector<std::string> trusted_proxies_setting(const Config& config, const std
 
 std::string client_ip(const httplib::Request& req,
                       const std::vector<std::string>& trusted_proxies) {
-  if (std::find(trusted_proxies.begin(), trusted_proxies.end(), req.remote_addr) ==
-      trusted_proxies.end()) {
-    return req.remote_addr;
+  const std::string remote = canonical_ip(req.remote_addr);
+  if (std::none_of(trusted_proxies.begin(), trusted_proxies.end(),
+                   [&](const std::string& proxy) { return canonical_ip(proxy) == remote; })) {
+    return remote;
   }
   const std::string real = req.get_header_value("X-Real-IP");
   if (!is_ip_address(real)) {
@@ -52,7 +53,7 @@ std::string client_ip(const httplib::Request& req,
                        "address (proxy_set_header X-Real-IP $remote_addr)",
                        req.remote_addr));
   }
-  return real;
+  return canonical_ip(real);
 }
 
 SignedHeaders require_signed_request(const httplib::Request& req, const std::string& id,

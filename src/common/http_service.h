@@ -41,9 +41,10 @@ httplib::Server::Handler guarded_handler(std::string service, HttpHandler fn);
 int port_setting(const Config& config, const std::string& key);
 std::vector<std::string> trusted_proxies_setting(const Config& config, const std::string& key);
 
-// The client's address: the connection's, or behind one of `trusted_proxies` the X-Real-IP it
-// sets (anyone else's header is ignored: a node cannot claim another's address). 400 when a
-// trusted proxy sent none.
+// The client's address: the connection's, or behind one of `trusted_proxies` (however each is
+// written) the X-Real-IP it sets (anyone else's header is ignored: a node cannot claim another's
+// address), as canonical_ip writes it, so that one client has one address in the registry and on
+// the allowlist. 400 when a trusted proxy sent none.
 std::string client_ip(const httplib::Request& req, const std::vector<std::string>& trusted_proxies);
 
 // The headers of `req` once its signature over (`id`, method, target, the body's SHA-256

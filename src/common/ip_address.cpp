@@ -70,6 +70,22 @@ bool is_public_address(const std::string& ip) {
   return true;
 }
 
+std::string canonical_ip(const std::string& text) {
+  in6_addr v6{};
+  char out[INET6_ADDRSTRLEN] = {0};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (has_prefix(v6.s6_addr, kMappedPrefix)) {
+      inet_ntop(AF_INET, v6.s6_addr + 12, out, sizeof out);
+    } else {
+      inet_ntop(AF_INET6, &v6, out, sizeof out);
+    }
+    return out;
+  }
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return inet_ntop(AF_INET, &v4, out, sizeof out);
+  return text;
+}
+
 std::string subscriber_block(const std::string& ip) {
   in6_addr v6{};
   if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return ip;

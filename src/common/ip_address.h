@@ -10,6 +10,12 @@ namespace trellis {
 // host name, nothing else).
 bool is_ip_address(const std::string& text);
 
+// One text for each address, so that lists compare addresses and not their spellings: inet_ntop's
+// form ("2001:db8::1" for "2001:DB8:0::1"), and an IPv4-mapped IPv6 address (::ffff:a.b.c.d, how
+// a dual-stack socket reports an IPv4 client) as the IPv4 address. Text that is no IP address
+// stands for itself.
+std::string canonical_ip(const std::string& text);
+
 // The block of addresses one subscriber holds, which per-address limits count by: an IPv4 address
 // as itself (also when written IPv4-mapped, ::ffff:a.b.c.d), an IPv6 address as its /64
 // ("2001:db8:1:2::/64"). Text that is no IP address stands for itself.

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/error.h"
 
@@ -16,42 +17,36 @@ bool parse_ipv4(const std::string& text, uint32_t& out) {
   return true;
 }
 
-bool is_ipv6(const std::string& text) {
-  in6_addr a{};
-  return inet_pton(AF_INET6, text.c_str(), &a) == 1;
+// The n of an IPv4 network "a.b.c.d/n": one or two digits, at most 32.
+std::optional<int> prefix_bits(const std::string& text) {
+  if (text.empty() || text.size() > 2 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  const int bits = std::stoi(text);
+  return bits <= 32 ? std::optional(bits) : std::nullopt;
 }
 
 }  // namespace
 
 bool ip_matches(const std::string& ip, const std::string& entry) {
   const auto slash = entry.find('/');
-  if (slash == std::string::npos) return ip == entry;
+  if (slash == std::string::npos) return canonical_ip(ip) == canonical_ip(entry);
   uint32_t net = 0, addr = 0;
-  int bits = -1;
-  try {
-    bits = std::stoi(entry.substr(slash + 1));
-  } catch (const std::exception&) {
+  const auto bits = prefix_bits(entry.substr(slash + 1));
+  if (!bits || !parse_ipv4(entry.substr(0, slash), net) || !parse_ipv4(canonical_ip(ip), addr))
     return false;
-  }
-  if (bits < 0 || bits > 32 || !parse_ipv4(entry.substr(0, slash), net) || !parse_ipv4(ip, addr))
-    return false;
-  const uint32_t mask = bits == 0 ? 0 : ~uint32_t{0} << (32 - bits);
+  const uint32_t mask = *bits == 0 ? 0 : ~uint32_t{0} << (32 - *bits);
   return (net & mask) == (addr & mask);
 }
 
 void check_allowlist_entry(const std::string& entry, const std::string& where) {
   uint32_t ignored = 0;
   const auto slash = entry.find('/');
-  if (slash == std::string::npos) {
-    if (parse_ipv4(entry, ignored) || is_ipv6(entry)) return;
-  } else if (parse_ipv4(entry.substr(0, slash), ignored)) {
-    const std::string bits = entry.substr(slash + 1);
-    if (!bits.empty() && bits.size() <= 2 &&
-        std::all_of(bits.begin(), bits.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-        std::stoi(bits) <= 32)
-      return;
-  }
-  fail(where, "'{}' is not an IP address or IPv4 network (a.b.c.d/n)", entry);
+  const bool ok = slash == std::string::npos ? is_ip_address(entry)
+                                             : parse_ipv4(entry.substr(0, slash), ignored) &&
+                                                   prefix_bits(entry.substr(slash + 1)).has_value();
+  if (!ok) fail(where, "'{}' is not an IP address or IPv4 network (a.b.c.d/n)", entry);
 }
 
 void AccessControl::set_static(std::vector<std::string> entries) {
@@ -61,14 +56,15 @@ void AccessControl::set_static(std::vector<std::string> entries) {
 
 void AccessControl::set_dynamic(std::vector<std::string> ips) {
   std::lock_guard lock(mu_);
-  dynamic_ = std::set<std::string>(ips.begin(), ips.end());
+  dynamic_.clear();
+  for (const auto& ip : ips) dynamic_.insert(canonical_ip(ip));
   dynamic_set_ = true;
 }
 
 bool AccessControl::allowed(const std::string& ip) const {
   std::lock_guard lock(mu_);
   if (static_.empty() && !dynamic_set_) return true;
-  if (dynamic_.count(ip)) return true;
+  if (dynamic_.count(canonical_ip(ip))) return true;
   return std::any_of(static_.begin(), static_.end(),
                      [&](const std::string& e) { return ip_matches(ip, e); });
 }

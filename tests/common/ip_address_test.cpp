@@ -31,6 +31,19 @@ TEST(IpAddress, HostPortSplitsAtTheLastColonAndChecksThePort) {
   }
 }
 
+// Lists compare addresses, not spellings: the forms below were worked out by hand (RFC 5952's
+// shortest lowercase text for IPv6; an IPv4-mapped address is the IPv4 client behind it).
+TEST(IpAddress, EveryWayOfWritingAnAddressHasOneCanonicalText) {
+  EXPECT_EQ(canonical_ip("10.0.0.1"), "10.0.0.1");
+  EXPECT_EQ(canonical_ip("::ffff:10.0.0.1"), "10.0.0.1");
+  EXPECT_EQ(canonical_ip("::FFFF:a00:1"), "10.0.0.1");
+  EXPECT_EQ(canonical_ip("2001:DB8:0:0::1"), "2001:db8::1");
+  EXPECT_EQ(canonical_ip("2001:0db8:0000:0000:0000:0000:0000:0001"), "2001:db8::1");
+  EXPECT_EQ(canonical_ip("0:0:0:0:0:0:0:1"), "::1");
+  EXPECT_EQ(canonical_ip("64:ff9b::808:808"), "64:ff9b::808:808");  // NAT64: not the client
+  EXPECT_EQ(canonical_ip("not an address"), "not an address");
+}
+
 // Per-address limits count a subscriber once: IPv4 by its address, however written, and IPv6 by
 // its /64 (what one subscriber is given), checked against addresses worked out by hand.
 TEST(IpAddress, ASubscribersBlockIsItsIpv4AddressOrItsIpv6Slash64) {

@@ -408,6 +408,29 @@ TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
   EXPECT_GT(state_of(worker_).heartbeat_at, 0);
 }
 
+// One client, one address: behind a trusted proxy (named here in another spelling than the
+// socket's) a node is registered, and put on the relays' allowlist, under the canonical text of
+// the X-Real-IP the proxy sent, so that an IPv4 client of a dual-stack proxy or an IPv6 address in
+// capitals is the address relays see. A header from anyone else is still ignored.
+TEST_F(NodeRegistry, BehindATrustedProxyANodeIsKnownByOneSpellingOfItsAddress) {
+  ApiOptions o = options();
+  o.trusted_proxies = {"::FFFF:127.0.0.1"};
+  Client& trainer = start(o);
+  const Identity second = Identity::generate(), third = Identity::generate();
+  auto res = post("/nodes", registration(worker_, unix_now()), "127.0.0.1",
+                  {{"X-Real-IP", "::ffff:10.9.8.7"}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body).at("ip"), "10.9.8.7");
+  res = post("/nodes", registration(second, unix_now()), "127.0.0.1",
+             {{"X-Real-IP", "2001:DB8:0::7"}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body).at("ip"), "2001:db8::7");
+  res = post("/nodes", registration(third, unix_now()), "127.0.0.2", {{"X-Real-IP", "10.9.8.8"}});
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(Json::parse(res->body).at("ip"), "127.0.0.2");
+  EXPECT_EQ(trainer.allowlist().ips, (Strings{"10.9.8.7", "127.0.0.2", "2001:db8::7"}));
+}
+
 // Sybil keys from one address (orchestrator.max_nodes_per_ip): the third key registering from
 // 127.0.0.3 is refused with ip_full and kept off the allowlist, while another address still
 // registers.

@@ -82,6 +82,19 @@ TEST(ShardcastAccessControl, AllowlistMatchesAddressesAndNetworks) {
   EXPECT_THROW(check_allowlist_entry("10.0.0.0/33", "relay.allow[0]"), Error);
   EXPECT_THROW(check_allowlist_entry("example.com", "relay.allow[0]"), Error);
   EXPECT_NO_THROW(check_allowlist_entry("::1", "relay.allow[0]"));
+  for (const char* bad : {"10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/+8", "10.0.0.0/8x", "10.0.0.0/008",
+                          "::1/64", "10.0.0.0/8/8"}) {
+    EXPECT_THROW(check_allowlist_entry(bad, "relay.allow[0]"), Error) << bad;
+  }
+  // An address matches however it is written: an operator's "2001:DB8::1" is the client the
+  // socket reports as "2001:db8::1", and an IPv4 client of a dual-stack socket (::ffff:a.b.c.d)
+  // is the IPv4 address, for an address entry, a network and the orchestrator's list alike.
+  EXPECT_TRUE(ip_matches("2001:db8::1", "2001:DB8:0::1"));
+  EXPECT_FALSE(ip_matches("2001:db8::2", "2001:DB8:0::1"));
+  EXPECT_TRUE(ip_matches("::ffff:10.1.2.3", "10.1.2.3"));
+  EXPECT_TRUE(ip_matches("::ffff:10.1.2.3", "10.0.0.0/8"));
+  EXPECT_FALSE(ip_matches("::ffff:11.1.2.3", "10.0.0.0/8"));
+  EXPECT_FALSE(ip_matches("2001:db8::1", "0.0.0.0/0"));
 
   AccessControl open({});
   EXPECT_TRUE(open.allowed("8.8.8.8"));
@@ -91,6 +104,8 @@ TEST(ShardcastAccessControl, AllowlistMatchesAddressesAndNetworks) {
   EXPECT_FALSE(a.allowed("127.0.0.2"));
   a.set_dynamic({"127.0.0.2"});
   EXPECT_TRUE(a.allowed("127.0.0.2"));
+  EXPECT_TRUE(a.allowed("::ffff:127.0.0.2"));
+  EXPECT_FALSE(a.allowed("::ffff:127.0.0.3"));
   a.set_dynamic({});  // evicted
   EXPECT_FALSE(a.allowed("127.0.0.2"));
   AccessControl only_dynamic({});
