@@ -8,7 +8,8 @@
 // - a request this target signs over the fuzzer's run, method, target and body passes once, is
 //   refused as a replay, and is refused once any field is changed; the same for upload URLs;
 // - the nonce window never takes a replay within the window for fresh, nor a new nonce for a
-//   replay (checked against a plain record of what it was given);
+//   replay, and keeps each client address to its share (checked against a plain record of what it
+//   was given);
 // - an allowlist entry is accepted exactly when it is an address or an IPv4 network, and matches
 //   exactly the addresses a bitwise reference (inet_pton, mask built bit by bit) says it holds;
 // - an IPv4 address is public exactly when its IPv4-mapped and NAT64 forms are.
@@ -78,8 +79,8 @@ const trellis::Identity& node() {
 
 SignatureCheck check(const trellis::SignedHeaders& h, const std::vector<std::string>& f,
                      trellis::NonceWindow& window) {
-  const SignatureCheck c =
-      trellis::check_signed_request(h, f[0], f[1], f[2], trellis::sha256_hex(f[3]), kNow, window);
+  const SignatureCheck c = trellis::check_signed_request(
+      h, f[0], f[1], f[2], trellis::sha256_hex(f[3]), kNow, "198.51.100.1", window);
   check_sentence(trellis::describe(c, h, kNow, kWindow));
   return c;
 }
@@ -87,7 +88,7 @@ SignatureCheck check(const trellis::SignedHeaders& h, const std::vector<std::str
 // Fields: run, method, target, body, then the four headers. `knob` picks the genuine request's
 // timestamp and the field a copy of it changes.
 void signed_request(const std::vector<std::string>& f, uint8_t knob) {
-  trellis::NonceWindow window(kWindow, 4, kNow - 1000);
+  trellis::NonceWindow window(kWindow, 4, 4, kNow - 1000);
   const trellis::SignedHeaders forged{f[4], f[5], f[6], f[7]};
   if (check(forged, f, window) == SignatureCheck::kOk) bug("forged headers passed as signed");
 
@@ -104,7 +105,7 @@ void signed_request(const std::vector<std::string>& f, uint8_t knob) {
   if (check(h, f, window) != SignatureCheck::kReplayed) bug("a replay was not refused");
 
   // The same request with one field changed, to a server that has not seen it.
-  trellis::NonceWindow fresh(kWindow, 4, kNow - 1000);
+  trellis::NonceWindow fresh(kWindow, 4, 4, kNow - 1000);
   std::vector<std::string> changed = f;
   trellis::SignedHeaders altered = h;
   const int which = knob % 7;
@@ -237,20 +238,33 @@ void addresses(const std::vector<std::string>& f) {
   }
 }
 
-// Each 3 bytes: a signer (of 2), a nonce (of 8), a timestamp offset; the clock moves by the
-// last byte's top bits. Checked against a record of every kFresh: a nonce taken within its window
-// is a replay, and one never taken is never called one.
+// Each 3 bytes: a signer (of 2), a nonce (of 8), a timestamp offset; the first byte's top bits
+// pick the client address (two of the three are one subscriber), the last byte's move the clock.
+// Checked against a record of every kFresh: a nonce taken within its window is a replay, one never
+// taken is never called one, an address never holds more than its share (nor the window more than
+// its capacity), and a nonce is not refused while its address and the window are both far from
+// full (counting every nonce ever taken, a bound on those remembered).
 void nonce_window(const uint8_t* data, size_t size) {
   constexpr int64_t kW = 10;
-  trellis::NonceWindow window(kW, 6, 0);
+  constexpr size_t kCapacity = 6, kPerAddress = 3;
+  const char* const addresses[] = {"10.0.0.1", "10.0.0.2", "::ffff:10.0.0.1"};
+  trellis::NonceWindow window(kW, kCapacity, kPerAddress, 0);
   std::map<std::string, int64_t> taken;  // "signer:nonce" -> the timestamp it was taken with
+  struct Held {
+    int block;
+    int64_t forget_after;  // remembered at least until then
+  };
+  std::vector<Held> held;
+  size_t taken_of_block[2] = {0, 0}, taken_in_all = 0;
   int64_t now = 100;
   for (size_t i = 0; i + 3 <= size; i += 3) {
     const std::string signer(1, static_cast<char>('a' + data[i] % 2));
     const std::string nonce(1, static_cast<char>('0' + data[i + 1] % 8));
+    const int address = (data[i] >> 6) % 3;
+    const int block = address == 1 ? 1 : 0;
     const int64_t ts = now - kW + static_cast<int64_t>(data[i + 2] % (2 * kW + 1));
     now += data[i + 2] >> 5;
-    const auto r = window.record(signer, nonce, ts, now);
+    const auto r = window.record(signer, nonce, ts, now, addresses[address]);
     const auto it = taken.find(signer + ":" + nonce);
     if (r == trellis::NonceWindow::Result::kReplayed && it == taken.end()) {
       bug("a nonce never taken was called a replay");
@@ -258,7 +272,23 @@ void nonce_window(const uint8_t* data, size_t size) {
     if (r == trellis::NonceWindow::Result::kFresh && it != taken.end() && now <= it->second + kW) {
       bug("a replay within its window was taken as fresh");
     }
-    if (r == trellis::NonceWindow::Result::kFresh) taken[signer + ":" + nonce] = ts;
+    if (r == trellis::NonceWindow::Result::kFull && it == taken.end() &&
+        taken_of_block[block] < kPerAddress && taken_in_all < kCapacity) {
+      bug("a nonce was refused while neither its address nor the window was full");
+    }
+    if (r != trellis::NonceWindow::Result::kFresh) continue;
+    size_t of_block = 0, all = 0;
+    for (const Held& h : held) {
+      if (h.forget_after < now) continue;
+      ++all;
+      if (h.block == block) ++of_block;
+    }
+    if (of_block >= kPerAddress) bug("an address holds more than its share of the window");
+    if (all >= kCapacity) bug("the window holds more than its capacity");
+    taken[signer + ":" + nonce] = ts;
+    ++taken_of_block[block];
+    ++taken_in_all;
+    held.push_back({block, std::max(ts, now) + kW});
   }
 }
 

@@ -56,16 +56,16 @@ std::string client_ip(const httplib::Request& req,
   return canonical_ip(real);
 }
 
-SignedHeaders require_signed_request(const httplib::Request& req, const std::string& id,
-                                     const std::string& body_sha256, NonceWindow& nonces,
-                                     const std::string& where) {
+SignedHeaders require_signed_request(const httplib::Request& req, const std::string& client,
+                                     const std::string& id, const std::string& body_sha256,
+                                     NonceWindow& nonces, const std::string& where) {
   const SignedHeaders h{req.get_header_value(kSignerHeader), req.get_header_value(kTimestampHeader),
                         req.get_header_value(kNonceHeader), req.get_header_value(kSignatureHeader)};
   const auto now = std::chrono::duration_cast<std::chrono::seconds>(
                        std::chrono::system_clock::now().time_since_epoch())
                        .count();
   const SignatureCheck check =
-      check_signed_request(h, id, req.method, req.target, body_sha256, now, nonces);
+      check_signed_request(h, id, req.method, req.target, body_sha256, now, client, nonces);
   if (check == SignatureCheck::kBusy) {
     refuse(503, "busy", fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
   }

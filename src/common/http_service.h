@@ -49,10 +49,11 @@ std::string client_ip(const httplib::Request& req, const std::vector<std::string
 
 // The headers of `req` once its signature over (`id`, method, target, the body's SHA-256
 // `body_sha256`), timestamp and nonce hold: 401 `bad_signature` for an unsigned, forged, stale or
-// replayed request, 503 `busy` when `nonces` is full. `where` starts the message.
-SignedHeaders require_signed_request(const httplib::Request& req, const std::string& id,
-                                     const std::string& body_sha256, NonceWindow& nonces,
-                                     const std::string& where);
+// replayed request, 503 `busy` when `nonces` is full, in all or for `client` (the client's
+// address, client_ip). `where` starts the message.
+SignedHeaders require_signed_request(const httplib::Request& req, const std::string& client,
+                                     const std::string& id, const std::string& body_sha256,
+                                     NonceWindow& nonces, const std::string& where);
 
 // A client of `base_url` whose connections time out after `timeout_s` (connect, read, write) and
 // come from the process's source address (source_address.h).

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "common/hashing.h"
+#include "common/ip_address.h"
 
 namespace trellis {
 namespace {
@@ -39,30 +40,39 @@ std::vector<std::pair<std::string, std::string>> sign_request(
                                                                nonce, body_sha256))}};
 }
 
-NonceWindow::NonceWindow(int64_t window_s, size_t capacity, int64_t opened_at)
-    : window_s_(window_s), opened_at_(opened_at), capacity_(capacity) {}
+NonceWindow::NonceWindow(int64_t window_s, size_t capacity, size_t per_address, int64_t opened_at)
+    : window_s_(window_s), opened_at_(opened_at), capacity_(capacity), per_address_(per_address) {}
 
 NonceWindow::Result NonceWindow::record(std::string_view signer, std::string_view nonce,
-                                        int64_t timestamp, int64_t now) {
+                                        int64_t timestamp, int64_t now,
+                                        const std::string& client_ip) {
   std::lock_guard lock(mu_);
   // A nonce need only be remembered while its timestamp could still pass the window check.
-  while (!by_time_.empty() && by_time_.front().first < now) {
-    seen_.erase(by_time_.front().second);
+  // Arrival order keeps by_time_ sorted enough: entries expire at most 2 windows late.
+  while (!by_time_.empty() && by_time_.front().forget_after < now) {
+    const Seen& old = by_time_.front();
+    seen_.erase(old.key);
+    if (const auto it = per_block_.find(old.block); --it->second == 0) per_block_.erase(it);
     by_time_.pop_front();
   }
   std::string key = fmt::format("{}:{}", signer, nonce);
   if (seen_.contains(key)) return Result::kReplayed;
-  if (seen_.size() >= capacity_) return Result::kFull;
+  std::string block = subscriber_block(client_ip);
+  size_t& of_block = per_block_[block];
+  if (seen_.size() >= capacity_ || of_block >= per_address_) {
+    if (of_block == 0) per_block_.erase(block);
+    return Result::kFull;
+  }
+  ++of_block;
   seen_.insert(key);
-  // Arrival order keeps by_time_ sorted enough: entries expire at most 2 windows late.
-  by_time_.emplace_back(std::max(timestamp, now) + window_s_, std::move(key));
+  by_time_.push_back({std::max(timestamp, now) + window_s_, std::move(key), std::move(block)});
   return Result::kFresh;
 }
 
 SignatureCheck check_signed_request(const SignedHeaders& h, std::string_view run_id,
                                     std::string_view method, std::string_view target,
                                     std::string_view body_sha256, int64_t now,
-                                    NonceWindow& nonces) {
+                                    const std::string& client_ip, NonceWindow& nonces) {
   if (h.signer.empty() || h.timestamp.empty() || h.nonce.empty() || h.signature.empty()) {
     return SignatureCheck::kMissing;
   }
@@ -79,7 +89,7 @@ SignatureCheck check_signed_request(const SignedHeaders& h, std::string_view run
                         h.signature)) {
     return SignatureCheck::kBadSignature;
   }
-  switch (nonces.record(h.signer, h.nonce, ts, now)) {
+  switch (nonces.record(h.signer, h.nonce, ts, now, client_ip)) {
     case NonceWindow::Result::kFresh:
       return SignatureCheck::kOk;
     case NonceWindow::Result::kReplayed:
@@ -121,7 +131,9 @@ std::string describe(SignatureCheck check, const SignedHeaders& h, int64_t now, 
     case SignatureCheck::kReplayed:
       return fmt::format("nonce {} of {} was used already: a replayed request", h.nonce, h.signer);
     case SignatureCheck::kBusy:
-      return "too many signed requests in the last window; retry shortly";
+      return fmt::format(
+          "too many signed requests in the last {} s, from this address or in all; retry shortly",
+          window_s);
   }
   return "unknown";
 }

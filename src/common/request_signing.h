@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -42,24 +43,34 @@ struct SignedHeaders {
 
 // Nonces seen within the timestamp window, bounded in number: a server remembers each accepted
 // request's nonce until its timestamp leaves the window, and refuses more than `capacity` at once
-// (a flood of signed requests costs the sender, not the server's memory). Nonces live in memory
-// only, so the window opens at `opened_at` (the server's start, unix seconds): a request signed
-// before then may have been seen by the server's previous run, and is refused. Thread-safe.
+// (a flood of signed requests costs the sender, not the server's memory), and more than
+// `per_address` from one client address (its subscriber_block: an IPv6 /64), so that a flood from
+// one machine, signed with keys as fresh as it likes, cannot fill the window and turn everyone
+// else's requests away. Nonces live in memory only, so the window opens at `opened_at` (the
+// server's start, unix seconds): a request signed before then may have been seen by the server's
+// previous run, and is refused. Thread-safe.
 class NonceWindow {
  public:
-  NonceWindow(int64_t window_s, size_t capacity, int64_t opened_at);
+  NonceWindow(int64_t window_s, size_t capacity, size_t per_address, int64_t opened_at);
   enum class Result { kFresh, kReplayed, kFull };
-  // Records (signer, nonce) unless seen; forgets those whose timestamp is older than the window.
-  Result record(std::string_view signer, std::string_view nonce, int64_t timestamp, int64_t now);
+  // Records (signer, nonce) of a request from `client_ip` unless seen; forgets those whose
+  // timestamp is older than the window.
+  Result record(std::string_view signer, std::string_view nonce, int64_t timestamp, int64_t now,
+                const std::string& client_ip);
   int64_t window_s() const { return window_s_; }
   int64_t opened_at() const { return opened_at_; }
 
  private:
+  struct Seen {
+    int64_t forget_after;
+    std::string key, block;  // "signer:nonce", the client's subscriber block
+  };
   int64_t window_s_, opened_at_;
-  size_t capacity_;
+  size_t capacity_, per_address_;
   std::mutex mu_;
   std::unordered_set<std::string> seen_;
-  std::deque<std::pair<int64_t, std::string>> by_time_;  // (forget after, key), in arrival order
+  std::unordered_map<std::string, size_t> per_block_;  // nonces remembered of each block
+  std::deque<Seen> by_time_;                           // in arrival order
 };
 
 // Why a signed request was refused (kOk: it was not).
@@ -74,13 +85,14 @@ enum class SignatureCheck {
   kBusy
 };
 
-// Checks `h` for a request of `run_id`, `method`, `target` and `body_sha256` at `now`: every header
-// present and well formed, the timestamp within the window, the signature the signer's over
-// request_message(...), and the nonce new (recorded in `nonces` only when everything else holds,
-// so forged requests cannot fill it).
+// Checks `h` for a request of `run_id`, `method`, `target` and `body_sha256` from `client_ip` at
+// `now`: every header present and well formed, the timestamp within the window, the signature the
+// signer's over request_message(...), and the nonce new (recorded in `nonces` only when everything
+// else holds, so forged requests cannot fill it).
 SignatureCheck check_signed_request(const SignedHeaders& h, std::string_view run_id,
                                     std::string_view method, std::string_view target,
-                                    std::string_view body_sha256, int64_t now, NonceWindow& nonces);
+                                    std::string_view body_sha256, int64_t now,
+                                    const std::string& client_ip, NonceWindow& nonces);
 
 // A sentence for a refusal: what was wrong and how to fix it.
 std::string describe(SignatureCheck check, const SignedHeaders& h, int64_t now, int64_t window_s);

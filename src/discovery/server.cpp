@@ -22,7 +22,8 @@
 namespace trellis::discovery {
 namespace {
 
-constexpr size_t kMaxNonces = 100'000;
+constexpr size_t kMaxNonces = 100'000;          // signed requests remembered within the window
+constexpr size_t kMaxNoncesPerAddress = 4'096;  // of them from one client address
 constexpr const char* kRedisPasswordEnv = "TRELLIS_REDIS_PASSWORD";
 
 // discovery.redis_user, and the password from the environment or discovery.redis_password_file.
@@ -104,7 +105,8 @@ struct Server::Impl {
       : opt(std::move(o)),
         store_owner(open_store(opt)),
         store(*store_owner),
-        nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(unix_seconds())) {
+        nonces(opt.signature_window_s, kMaxNonces, kMaxNoncesPerAddress,
+               static_cast<int64_t>(unix_seconds())) {
     routes();
   }
 
@@ -148,8 +150,8 @@ struct Server::Impl {
              fmt::format("'{}' is not a node address: 64 lowercase hex digits ({})",
                          address.substr(0, 100), where));
     }
-    const SignedHeaders h =
-        require_signed_request(req, store.id(), sha256_hex(req.body), nonces, where);
+    const SignedHeaders h = require_signed_request(req, client_ip(req, opt.trusted_proxies),
+                                                   store.id(), sha256_hex(req.body), nonces, where);
     if (h.signer != address) {
       refuse(403, "wrong_signer",
              fmt::format("{}: the request publishes node {} but is signed by {}", where, address,
@@ -180,8 +182,8 @@ struct Server::Impl {
 
   void list(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "GET /nodes";
-    const SignedHeaders h =
-        require_signed_request(req, store.id(), sha256_hex(req.body), nonces, where);
+    const SignedHeaders h = require_signed_request(req, client_ip(req, opt.trusted_proxies),
+                                                   store.id(), sha256_hex(req.body), nonces, where);
     if (std::find(opt.readers.begin(), opt.readers.end(), h.signer) == opt.readers.end()) {
       refuse(403, "not_a_reader",
              fmt::format("{}: {} may not read node endpoints (discovery.readers lists the "

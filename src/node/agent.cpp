@@ -56,7 +56,7 @@ class Agent {
         key_file_(o.key_file.empty() ? o.data_dir / "node.key" : o.key_file),
         identity_(Identity::load_or_create(key_file_)),
         discovery_(o.discovery_url, 5),
-        nonces_(60, 10'000, static_cast<int64_t>(unix_seconds())) {
+        nonces_(60, 10'000, 1'000, static_cast<int64_t>(unix_seconds())) {
     fs::create_directories(opt_.data_dir / "logs");
     hardware_ = measure_hardware(opt_.data_dir);
     resume_membership();
@@ -391,8 +391,8 @@ class Agent {
   // GET /logs?lines=N, signed by a pool's key (for the node's address): the current task's log.
   void send_logs(const httplib::Request& req, httplib::Response& res) {
     const std::string where = "GET /logs";
-    const SignedHeaders h =
-        require_signed_request(req, identity_.address(), sha256_hex(req.body), nonces_, where);
+    const SignedHeaders h = require_signed_request(req, req.remote_addr, identity_.address(),
+                                                   sha256_hex(req.body), nonces_, where);
     if (std::find(opt_.pools.begin(), opt_.pools.end(), h.signer) == opt_.pools.end())
       refuse(403, "not_a_pool",
              fmt::format("{}: {} is not a pool this node serves", where, h.signer));

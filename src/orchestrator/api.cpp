@@ -32,12 +32,6 @@
 
 namespace trellis::orchestrator {
 
-namespace {
-
-constexpr size_t kMaxNonces = 200'000;  // signed requests remembered within the window
-
-}  // namespace
-
 namespace api_detail {
 
 std::optional<int64_t> parse_index(std::string_view text) {
@@ -158,7 +152,8 @@ Server::Impl::Impl(ApiOptions o)
       store(opt.data_dir / "rollouts"),
       validating(opt.data_dir / "validating"),
       rejected(opt.data_dir / "rejected"),
-      nonces(opt.signature_window_s, kMaxNonces, static_cast<int64_t>(unix_seconds())),
+      nonces(opt.signature_window_s, opt.signed_requests_in_window, opt.signed_requests_per_address,
+             static_cast<int64_t>(unix_seconds())),
       sweep(opt.sweep, state),
       audit(opt.data_dir / "orchestrator.sqlite", state.ledger().keeper().address()) {
   recover();
@@ -398,7 +393,8 @@ bool Server::Impl::authorized(const httplib::Request& req, Role role) const {
 
 int64_t Server::Impl::require_signed_by(const httplib::Request& req, const std::string& claimed,
                                         const std::string& body_sha256, const std::string& where) {
-  const SignedHeaders h = require_signed_request(req, state.run_id(), body_sha256, nonces, where);
+  const SignedHeaders h = require_signed_request(req, client_ip(req, opt.trusted_proxies),
+                                                 state.run_id(), body_sha256, nonces, where);
   if (h.signer != claimed) {
     refuse(
         403, "wrong_signer",

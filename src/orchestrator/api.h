@@ -95,6 +95,9 @@ struct ApiOptions {
   // "" = <data_dir>/keys/orchestrator.key.
   std::filesystem::path key_file;
   int64_t signature_window_s = 60;  // a signed request's timestamp may be this far from now
+  // Signed requests remembered within that window (their nonces; NonceWindow): in all, and from
+  // one client address (an IPv6 /64), which is what bounds a flood from one machine.
+  size_t signed_requests_in_window = 200'000, signed_requests_per_address = 4'096;
   // Who may join, and whether uploads that pass the orchestrator's checks wait for a validator's
   // verdict (false = accepted at once) and a node whose file a validator rejects is evicted.
   PoolPolicy pool;

@@ -431,6 +431,34 @@ TEST_F(NodeRegistry, BehindATrustedProxyANodeIsKnownByOneSpellingOfItsAddress) {
   EXPECT_EQ(trainer.allowlist().ips, (Strings{"10.9.8.7", "127.0.0.2", "2001:db8::7"}));
 }
 
+// A flood of signed requests from one machine (each signed with a fresh key, so that no replay
+// check stops it) fills only that address's share of the nonce window: it gets 503 busy, and a
+// node elsewhere is still served. Without the share, the flood took the whole window and the
+// honest node's registration got the 503.
+TEST_F(NodeRegistry, AFloodOfSignedRequestsFromOneAddressBusiesOnlyThatAddress) {
+  ApiOptions o = options();
+  o.signed_requests_in_window = 12;
+  o.signed_requests_per_address = 6;
+  start(o);
+  int served = 0, busy = 0;
+  for (int i = 0; i < 20; ++i) {
+    const Identity fresh = Identity::generate();
+    const auto res = post("/nodes", registration(fresh, unix_now()), "127.0.0.2");
+    ASSERT_TRUE(res);
+    if (res->status == 200) ++served;
+    if (res->status == 503) {
+      ++busy;
+      EXPECT_EQ(Json::parse(res->body).value("code", ""), "busy");
+      EXPECT_CONTAINS(error_text(res), "from this address or in all; retry shortly");
+    }
+  }
+  EXPECT_EQ(served, 6);
+  EXPECT_EQ(busy, 14);
+  const auto honest = post("/nodes", registration(worker_, unix_now()), "127.0.0.3");
+  ASSERT_TRUE(honest);
+  EXPECT_EQ(honest->status, 200) << honest->body;
+}
+
 // Sybil keys from one address (orchestrator.max_nodes_per_ip): the third key registering from
 // 127.0.0.3 is refused with ip_full and kept off the allowlist, while another address still
 // registers.
