@@ -108,10 +108,11 @@ evict_on_reject = true  # a node whose submission a validator rejects is evicted
 join = "open"           # who may register: "open" (any key), "stake" (a node needs `stake` work units deposited on the ledger: `trellis orchestrator stake`) or "approval" (`trellis orchestrator approve`); see docs/security.md
 stake = 0               # work units a node must hold staked to join under join = "stake"
 slash = 0               # work units a rejected submission takes from its node's stake; 0 = all of it
-max_nodes_per_ip = 32   # live nodes (registered, not evicted, not dead) one IP may hold, whatever `join` says; an IPv6 address counts by its /64; more are refused (403 ip_full); 0 = no limit
+max_nodes_per_ip = 32   # live nodes (registered, not evicted, dead or stale) one IP may hold, whatever `join` says; an IPv6 address counts by its /64; more are refused (403 ip_full); 0 = no limit
 heartbeat_s = 5.0       # nodes that send heartbeats (node agents) send one this often
 unhealthy_after = 3     # missed heartbeats before a node is Unhealthy
 dead_after = 6          # missed heartbeats before it is Dead: off the allowlist, refused until it registers again
+registration_ttl_s = 600  # a node without heartbeats (a worker or validator started without a node agent registers again every 60 s) is Stale once its newest registration is this old: off the allowlist, its IP's slot free, refused until it registers again
 work_lease_s = 600      # work handed to a worker holds its step's quota this long (admission control)
 max_backlog_steps = 2.0  # no new work while samples waiting for a verdict or being generated reach this many steps' worth
 trusted_proxies = []    # reverse proxies whose X-Real-IP names the client (nginx in front: `trellis orchestrator nginx-config`), e.g. ["127.0.0.1"]

@@ -55,8 +55,7 @@ void Server::Impl::require_member(const std::string& address) {
            fmt::format("node {} is not registered: register with POST /nodes first", address));
   }
   if (n->evicted) refuse(403, "evicted", eviction_message(*n));
-  if (node_state(*n, unix_seconds(), opt.pool) == "dead")
-    refuse(403, "not_registered", dead_message(*n));
+  if (!node_is_live(*n, unix_seconds(), opt.pool)) refuse(403, "not_registered", dead_message(*n));
   // Admitted when it registered, but a slash may have left its stake short since.
   if (std::string why = state.admission_problem(address); !why.empty()) {
     refuse(403, "not_admitted", why);
@@ -158,10 +157,18 @@ void Server::Impl::node_logs(const httplib::Request& req, httplib::Response& res
 }
 
 std::string Server::Impl::dead_message(const Node& n) const {
+  const double now = unix_seconds();
+  if (n.heartbeat_at <= 0) {
+    return fmt::format(
+        "node {} is not registered: its newest registration is {:.0f} s old, it is Stale "
+        "(orchestrator.registration_ttl_s = {}; a worker or validator without a node agent "
+        "registers again every {:.0f} s); register again with POST /nodes",
+        n.address, now - n.last_seen, opt.pool.registration_ttl_s, kRegisterAgainS);
+  }
   return fmt::format(
       "node {} is not registered: no heartbeat for {:.0f} s, it is Dead (more than {} missed "
       "at orchestrator.heartbeat_s = {}); register again with POST /nodes",
-      n.address, unix_seconds() - n.heartbeat_at, opt.pool.dead_after, opt.pool.heartbeat_s);
+      n.address, now - n.heartbeat_at, opt.pool.dead_after, opt.pool.heartbeat_s);
 }
 
 void Server::Impl::heartbeat(const httplib::Request& req, httplib::Response& res) {

@@ -13,7 +13,8 @@ Json PoolPolicy::to_json() const {
           {"max_nodes_per_ip", max_nodes_per_ip},
           {"heartbeat_s", heartbeat_s},
           {"unhealthy_after", unhealthy_after},
-          {"dead_after", dead_after}};
+          {"dead_after", dead_after},
+          {"registration_ttl_s", registration_ttl_s}};
 }
 
 PoolPolicy pool_policy(const Config& config) {
@@ -42,6 +43,13 @@ PoolPolicy pool_policy(const Config& config) {
   if (p.dead_after <= p.unhealthy_after) {
     fail("orchestrator.dead_after", "must be above orchestrator.unhealthy_after ({}), got {}",
          p.unhealthy_after, p.dead_after);
+  }
+  p.registration_ttl_s = config.get<double>("orchestrator.registration_ttl_s");
+  if (!(p.registration_ttl_s >= 2 * kRegisterAgainS && p.registration_ttl_s <= 86400)) {
+    fail(
+        "orchestrator.registration_ttl_s",
+        "must be in [{}, 86400] seconds (nodes without an agent register again every {} s), got {}",
+        2 * kRegisterAgainS, kRegisterAgainS, p.registration_ttl_s);
   }
   return p;
 }

@@ -136,10 +136,11 @@ SELECT id, step, node, submission, sha256, size, status, reason, samples, signal
 FROM submissions;
 )sql";
 
-// The nodes that count as present, with the time before which a heartbeat means Dead bound to its
-// `?` (State::dead_before): registered from an IP, not evicted, and alive or without heartbeats.
+// The nodes that count as present (node_is_live), with the times before which a heartbeat means
+// Dead and a registration Stale bound to its two `?` (State::bind_live): registered from an IP,
+// not evicted, and with a recent heartbeat or, without heartbeats, a recent registration.
 constexpr const char* kLiveNodes =
-    "evicted = 0 AND ip != '' AND (heartbeat_at <= 0 OR heartbeat_at > ?)";
+    "evicted = 0 AND ip != '' AND (heartbeat_at > ? OR (heartbeat_at <= 0 AND last_seen > ?))";
 
 constexpr const char* kNodeColumns =
     "address, ip, registered_at, last_seen, signed_at, evicted, evicted_reason, evicted_at, "
@@ -259,11 +260,17 @@ void State::migrate(const std::string& from_version) {
 
 std::string node_state(const Node& node, double now, const PoolPolicy& policy) {
   if (node.evicted) return "evicted";
-  if (node.heartbeat_at <= 0) return "registered";
+  if (node.heartbeat_at <= 0)
+    return now - node.last_seen > policy.registration_ttl_s ? "stale" : "registered";
   const double missed = (now - node.heartbeat_at) / policy.heartbeat_s;
   if (missed >= static_cast<double>(policy.dead_after)) return "dead";
   if (missed >= static_cast<double>(policy.unhealthy_after)) return "unhealthy";
   return "healthy";
+}
+
+bool node_is_live(const Node& node, double now, const PoolPolicy& policy) {
+  const std::string state = node_state(node, now, policy);
+  return state != "evicted" && state != "dead" && state != "stale";
 }
 
 const std::vector<std::string>& submission_statuses() {
@@ -315,9 +322,13 @@ double State::dead_before(double now) const {
   return now - policy_.heartbeat_s * static_cast<double>(policy_.dead_after);
 }
 
+sqlite::Statement& State::bind_live(sqlite::Statement& q, double now) const {
+  return q.bind(dead_before(now)).bind(now - policy_.registration_ttl_s);
+}
+
 std::vector<std::string> State::allowed_ips(double now) {
   Stmt q(db_, fmt::format("SELECT DISTINCT ip FROM nodes WHERE {} ORDER BY ip", kLiveNodes));
-  q.bind(dead_before(now));
+  bind_live(q, now);
   std::vector<std::string> out;
   while (q.step()) out.push_back(q.text(0));
   return out;
@@ -392,7 +403,7 @@ std::string State::ip_problem_locked(const std::string& address, const std::stri
                                      double now) {
   if (policy_.max_nodes_per_ip <= 0) return "";
   Stmt q(db_, fmt::format("SELECT ip FROM nodes WHERE {} AND address != ?", kLiveNodes));
-  q.bind(dead_before(now)).bind(address);
+  bind_live(q, now).bind(address);
   const std::string block = subscriber_block(ip);
   int64_t live = 0;
   while (q.step()) live += subscriber_block(q.text(0)) == block;
@@ -468,7 +479,7 @@ bool State::wants_invite(const std::string& address, double now) {
   std::lock_guard lock(mu_);
   const std::optional<Node> n = find_node(address);
   if (n && n->evicted) return false;  // an evicted address never rejoins
-  if (n && n->registered_at > 0 && node_state(*n, now, policy_) != "dead") return false;
+  if (n && n->registered_at > 0 && node_is_live(*n, now, policy_)) return false;
   Stmt open(db_, "SELECT 1 FROM invites WHERE node = ? AND used_at = 0 AND expires >= ? LIMIT 1");
   open.bind(address).bind(now);
   return !open.step();
@@ -612,7 +623,7 @@ std::optional<Task> State::task_for(const std::string& address, double now) {
   mine.bind(address);
   if (mine.step()) return read_task(mine);
   const std::optional<Node> me = find_node(address);
-  if (!me || me->evicted || node_state(*me, now, policy_) == "dead") return std::nullopt;
+  if (!me || !node_is_live(*me, now, policy_)) return std::nullopt;
   // Free: never taken, or held by a node that is gone (evicted, or dead: it sent heartbeats and
   // stopped). A node that never sent one holds nothing (it never asked for a task).
   Stmt free(db_, fmt::format("SELECT {} FROM tasks WHERE node = '' OR node IN (SELECT address FROM "
@@ -662,7 +673,7 @@ State::Beat State::heartbeat(const std::string& address, double now) {
   const std::optional<Node> n = find_node(address);
   if (!n || n->registered_at <= 0) return Beat::kNotRegistered;
   if (n->evicted) return Beat::kEvicted;
-  if (node_state(*n, now, policy_) == "dead") return Beat::kDead;
+  if (!node_is_live(*n, now, policy_)) return Beat::kDead;
   Stmt q(db_, "UPDATE nodes SET heartbeat_at = ?, last_seen = ? WHERE address = ?");
   q.bind(now).bind(now).bind(address).step();
   tx.commit();

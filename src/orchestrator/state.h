@@ -85,14 +85,17 @@ struct Node {
   int64_t rejections = 0;        // files of this node that validators rejected
   std::string last_rejection{};  // "step <s> submission <k>: <the reason>" of the newest one
   // Unix seconds of its newest heartbeat (or registration after one); 0 = it never sent one (a
-  // worker started without a node agent), and then liveness does not apply to it.
+  // worker started without a node agent), and then its registrations are its signs of life.
   double heartbeat_at = 0;
 };
 
 // A node's state at `now` under `policy`'s liveness rules (specs/protocol.md §4): "evicted";
-// "dead" (no heartbeat for dead_after intervals), "unhealthy" (unhealthy_after), "healthy";
-// "registered" for a node that never sent a heartbeat.
+// "dead" (no heartbeat for dead_after intervals), "unhealthy" (unhealthy_after), "healthy"; for a
+// node that never sent a heartbeat, "registered", or "stale" once its newest registration is older
+// than registration_ttl_s.
 std::string node_state(const Node& node, double now, const PoolPolicy& policy);
+// Neither evicted, dead nor stale: on the allowlist, counted on its IP, served.
+bool node_is_live(const Node& node, double now, const PoolPolicy& policy);
 
 // A task (specs/protocol.md §4): a role for a node agent to run with a config, created by the
 // pool owner through the API and pulled by a node with its heartbeat.
@@ -372,6 +375,8 @@ class State {
   void set_meta(const std::string& key, const std::string& value);
   // A node whose last heartbeat is older than this at `now` is Dead (node_state()'s rule).
   double dead_before(double now) const;
+  // Binds kLiveNodes' two parameters for `now` (a heartbeat's and a registration's deadline).
+  sqlite::Statement& bind_live(sqlite::Statement& q, double now) const;
   std::vector<std::string> allowed_ips(double now);           // callers hold mu_
   std::optional<Node> find_node(const std::string& address);  // callers hold mu_
   bool has_status(const SubmissionKey& key, const char* status);

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "orchestrator/client.h"
+#include "orchestrator/pool_policy.h"
 #include "shardcast/shard_fetcher.h"
 
 namespace trellis::pipeline {
@@ -110,8 +111,9 @@ void PolicyFetcher::loop() {
 void PolicyFetcher::fetch_once() {
   orchestrator::Client orchestrator(orchestrator_url_);
   // The relays serve only nodes the orchestrator lists, from the IP it saw them register from:
-  // registering again now and then follows a node whose address changed.
-  if (monotonic_seconds() - registered_at_ > 60) {
+  // registering again now and then follows a node whose address changed, and is how a worker
+  // without a node agent stays live (orchestrator.registration_ttl_s).
+  if (monotonic_seconds() - registered_at_ > orchestrator::kRegisterAgainS) {
     orchestrator.register_node(identity_);
     registered_at_ = monotonic_seconds();
   }

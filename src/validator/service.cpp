@@ -12,6 +12,7 @@
 #include "model/prompting.h"
 #include "orchestrator/client.h"
 #include "orchestrator/credentials.h"
+#include "orchestrator/pool_policy.h"
 #include "validator/policy_cache.h"
 #include "validator/validator.h"
 
@@ -91,8 +92,9 @@ class Service {
       done_ = true;
       return false;
     }
-    // Relays serve the pool's registered nodes: a validator registers like a worker.
-    if (monotonic_seconds() - registered_at_ > 60) {
+    // Relays serve the pool's registered nodes: a validator registers like a worker, and again
+    // now and then to stay live (orchestrator.registration_ttl_s).
+    if (monotonic_seconds() - registered_at_ > orchestrator::kRegisterAgainS) {
       client_.register_node(*identity_);
       registered_at_ = monotonic_seconds();
     }

@@ -786,6 +786,13 @@ TEST(OrchestratorOptions, ComeFromTheConfigAndTheRunDirectory) {
   config.apply_override("orchestrator.max_backlog_steps=0.01");  // less than one group
   EXPECT_CONTAINS(test::error_of([&] { api_options(config, "runs/abc"); }),
                   "orchestrator.max_backlog_steps");
+  config.apply_override("orchestrator.max_backlog_steps=2.0");
+  EXPECT_EQ(api_options(config, "runs/abc").pool.registration_ttl_s, 600);
+  // A lifetime a live worker's registrations (every minute) could not keep up with.
+  config.apply_override("orchestrator.registration_ttl_s=90");
+  const std::string short_ttl = test::error_of([&] { api_options(config, "runs/abc"); });
+  EXPECT_CONTAINS(short_ttl, "orchestrator.registration_ttl_s");
+  EXPECT_CONTAINS(short_ttl, "register again every 60 s");
 }
 
 }  // namespace

@@ -100,6 +100,17 @@ class NodeRegistry : public ApiFixture {
     return post(path, request.body, source_ip, headers);
   }
 
+  // The state GET /nodes gives `who` (the trainer's view).
+  std::string state_name(const Identity& who) const {
+    auto res = http_from("127.0.0.1").Get("/nodes", {{"Authorization", "Bearer " + kTrainerToken}});
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
+    if (!res) return "no answer";
+    const Json listed = parse_json(res->body, "nodes");
+    for (const Json& n : listed["nodes"])
+      if (n["address"] == who.address()) return n["state"].get<std::string>();
+    return "absent from " + res->body;
+  }
+
   std::string metrics() const {
     auto res = http_from("127.0.0.1").Get("/metrics");
     return res ? res->body : "";
@@ -374,15 +385,6 @@ TEST_F(NodeRegistry, HeartbeatsKeepANodeAliveAndASilentOneDies) {
       if (n.address == who.address()) return n;
     return Node{};
   };
-  const auto state_name = [&](const Identity& who) {
-    auto res = http_from("127.0.0.1").Get("/nodes", {{"Authorization", "Bearer " + kTrainerToken}});
-    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no answer");
-    if (!res) return std::string("no answer");
-    const Json listed = parse_json(res->body, "nodes");
-    for (const Json& n : listed["nodes"])
-      if (n["address"] == who.address()) return n["state"].get<std::string>();
-    return "absent from " + res->body;
-  };
   EXPECT_EQ(node.heartbeat(worker_, "running").interval_s, 0.2);
   EXPECT_EQ(state_name(worker_), "healthy");
   EXPECT_EQ(state_name(legacy), "registered");
@@ -429,6 +431,30 @@ TEST_F(NodeRegistry, BehindATrustedProxyANodeIsKnownByOneSpellingOfItsAddress) {
   ASSERT_EQ(res->status, 200) << res->body;
   EXPECT_EQ(Json::parse(res->body).at("ip"), "127.0.0.2");
   EXPECT_EQ(trainer.allowlist().ips, (Strings{"10.9.8.7", "127.0.0.2", "2001:db8::7"}));
+}
+
+// A worker started without a node agent sends no heartbeats: its registrations are its signs of
+// life. Once the newest is older than orchestrator.registration_ttl_s it is Stale: off the
+// allowlist and refused work, with a message that says why and what to do; registering again
+// (what a live worker does every minute) brings it back.
+TEST_F(NodeRegistry, ANodeWithoutAnAgentThatStopsRegisteringGoesStale) {
+  ApiOptions o = options();
+  o.pool.registration_ttl_s = 0.5;
+  Client& trainer = start(o);
+  Client node(server_->url(), "", 10);
+  node.register_node(worker_);
+  EXPECT_EQ(trainer.allowlist().ips, Strings{"127.0.0.1"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  EXPECT_EQ(trainer.allowlist().ips, Strings{});
+  EXPECT_EQ(state_name(worker_), "stale");
+  const std::string refused = test::error_of([&] { node.request_work(worker_, 0, 1); });
+  EXPECT_CONTAINS(refused, "it is Stale");
+  EXPECT_CONTAINS(refused, "orchestrator.registration_ttl_s");
+  EXPECT_CONTAINS(refused, "register again with POST /nodes");
+  node.register_node(worker_);
+  EXPECT_EQ(state_name(worker_), "registered");
+  EXPECT_EQ(trainer.allowlist().ips, Strings{"127.0.0.1"});
+  EXPECT_NO_THROW(node.request_work(worker_, 0, 1));
 }
 
 // A flood of signed requests from one machine (each signed with a fresh key, so that no replay

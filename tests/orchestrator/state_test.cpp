@@ -465,6 +465,45 @@ TEST(State, ADeadNodeReturnsOnlyWithAnInvite) {
   fs::remove_all(dir);
 }
 
+// A node that never sent a heartbeat (a worker or validator started without a node agent, which
+// registers again every kRegisterAgainS) is live while its newest registration is younger than
+// registration_ttl_s, and Stale after: off the allowlist, its IP's slot free, refused a heartbeat
+// and a task. A plain registration brings it back (it never came through an invite). Without the
+// rule, the silent node below held its place on the allowlist, and its IP, for good.
+TEST(State, ANodeWithoutHeartbeatsIsStaleOnceItStopsRegistering) {
+  const auto dir =
+      fs::temp_directory_path() / ("trellis_state_stale_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  PoolPolicy policy;
+  policy.max_nodes_per_ip = 1;
+  policy.registration_ttl_s = 120;
+  State s(dir / "orchestrator.sqlite", "run-1", keeper(), policy);
+  const std::string x(64, 'a'), y(64, 'b');
+  ASSERT_EQ(s.register_node(x, "10.0.0.1", 100, 100).outcome, Registration::kRegistered);
+  EXPECT_EQ(s.register_node(y, "10.0.0.1", 150, 150).outcome, Registration::kIpFull);
+  // Registering again keeps it live (the worker's PolicyFetcher does this every minute).
+  ASSERT_EQ(s.register_node(x, "10.0.0.1", 200, 200).outcome, Registration::kRegistered);
+  EXPECT_EQ(node_state(*s.node(x), 310, policy), "registered");
+  EXPECT_EQ(s.allowlist(310).ips, std::vector<std::string>{"10.0.0.1"});
+  // Silent past the lifetime: stale.
+  const int64_t revision = s.allowlist(310).revision;
+  EXPECT_EQ(node_state(*s.node(x), 321, policy), "stale");
+  EXPECT_FALSE(node_is_live(*s.node(x), 321, policy));
+  EXPECT_EQ(s.allowlist(321).ips, std::vector<std::string>{});
+  EXPECT_EQ(s.allowlist(321).revision, revision + 1);
+  EXPECT_EQ(s.heartbeat(x, 321), State::Beat::kDead);
+  s.create_task("worker", "", "", 321);
+  EXPECT_FALSE(s.task_for(x, 321));
+  EXPECT_TRUE(s.wants_invite(x, 321));
+  EXPECT_EQ(s.register_node(y, "10.0.0.1", 321, 321).outcome, Registration::kRegistered);
+  // It returns with a plain registration, wherever its IP's slots allow.
+  EXPECT_EQ(s.register_node(x, "10.0.0.1", 330, 330).outcome, Registration::kIpFull);
+  ASSERT_EQ(s.register_node(x, "10.0.0.9", 331, 331).outcome, Registration::kRegistered);
+  EXPECT_EQ(node_state(*s.node(x), 331, policy), "registered");
+  EXPECT_EQ(s.allowlist(331).ips, (std::vector<std::string>{"10.0.0.1", "10.0.0.9"}));
+  fs::remove_all(dir);
+}
+
 // A key is free, an address is not: one IP (an IPv6 /64) holds at most max_nodes_per_ip live
 // nodes whatever the join rule, a node's own re-registration never counts against it, and a slot
 // frees when a node is evicted or dies. A refused registration changes nothing: no row, no
@@ -568,7 +607,8 @@ INSERT INTO nodes (address, ip, registered_at, evicted, evicted_reason)
     EXPECT_EQ(s.run_id(), "old-run");
     EXPECT_EQ(s.url_secret(), "ab12");
     EXPECT_EQ(s.policy_version(), 3);
-    EXPECT_EQ(s.allowlist(1000).revision, 2);
+    // Within the registration's lifetime (node A never sent a heartbeat): the same set.
+    EXPECT_EQ(s.allowlist(100).revision, 2);
     const auto rows = s.submissions();
     ASSERT_EQ(rows.size(), 3u);
     EXPECT_EQ(rows[0].status, "accepted");
