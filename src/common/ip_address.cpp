@@ -90,7 +90,7 @@ std::string subscriber_block(const std::string& ip) {
   in6_addr v6{};
   if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return ip;
   const unsigned char* b = v6.s6_addr;
-  if (has_prefix(b, kMappedPrefix)) return fmt::format("{}.{}.{}.{}", b[12], b[13], b[14], b[15]);
+  if (has_prefix(b, kMappedPrefix)) return canonical_ip(ip);  // the IPv4 address
   std::fill(v6.s6_addr + 8, v6.s6_addr + 16, 0);
   char text[INET6_ADDRSTRLEN] = {0};
   inet_ntop(AF_INET6, &v6, text, sizeof text);

@@ -150,15 +150,15 @@ struct Server::Impl {
              fmt::format("'{}' is not a node address: 64 lowercase hex digits ({})",
                          address.substr(0, 100), where));
     }
-    const SignedHeaders h = require_signed_request(req, client_ip(req, opt.trusted_proxies),
-                                                   store.id(), sha256_hex(req.body), nonces, where);
+    const std::string ip = client_ip(req, opt.trusted_proxies);
+    const SignedHeaders h =
+        require_signed_request(req, ip, store.id(), sha256_hex(req.body), nonces, where);
     if (h.signer != address) {
       refuse(403, "wrong_signer",
              fmt::format("{}: the request publishes node {} but is signed by {}", where, address,
                          h.signer));
     }
     const NodeMetadata m = parse_node_metadata(parse_json(req.body, where), address, where);
-    const std::string ip = client_ip(req, opt.trusted_proxies);
     switch (stored("publish",
                    [&] { return store.publish(m, ip, std::stoll(h.timestamp), unix_seconds()); })) {
       case Published::kPublished:
