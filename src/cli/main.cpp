@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/logging.h"
 
 namespace trellis::cli {
@@ -55,7 +56,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", trellis::message_of(e).c_str());
     return 1;
   }
   return 0;

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/files.h"
 #include "common/logging.h"
 #include "rl/trainer_ranks.h"
@@ -123,7 +124,7 @@ void TrainerRanks::run(const std::function<void()>& body) {
   try {
     body();
   } catch (const std::exception& e) {
-    group_->report_failure(e.what());
+    group_->report_failure(message_of(e));
     throw;
   }
   // The followers return once rank 0 has said stop; give them a moment to exit.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/ip_address.h"
 #include "common/logging.h"
 #include "common/source_address.h"
@@ -88,8 +89,8 @@ httplib::Server::Handler guarded_handler(std::string service, HttpHandler fn) {
     } catch (const Error& e) {
       reply_json(res, {{"error", e.what()}, {"code", "malformed_request"}}, 400);
     } catch (const std::exception& e) {
-      log::error("{}: {} {}: {}", service, req.method, req.path, e.what());
-      reply_json(res, {{"error", std::string("internal error: ") + e.what()}}, 500);
+      log::error("{}: {} {}: {}", service, req.method, req.path, message_of(e));
+      reply_json(res, {{"error", std::string("internal error: ") + message_of(e)}}, 500);
     }
   };
 }

@@ -3,6 +3,7 @@
 #include <future>
 
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/logging.h"
 
 namespace trellis::engine {
@@ -125,7 +126,7 @@ void EngineLoop::loop() {
         if (engine_.has_work()) engine_.step();
       } catch (const std::exception& e) {
         // Not a bad request (those are refused at submit): end everything rather than retry.
-        log::error("engine step failed, aborting all requests: {}", e.what());
+        log::error("engine step failed, aborting all requests: {}", message_of(e));
         engine_.abort_all();
       }
     }

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/http_limits.h"
 #include "common/logging.h"
 #include "engine/openai_protocol.h"
@@ -176,8 +177,8 @@ struct OpenAIServer::Impl {
       } catch (const Error& e) {
         reply_error(res, ApiError(400, e.what()));
       } catch (const std::exception& e) {
-        log::error("http: {} {}: {}", req.method, req.path, e.what());
-        reply_error(res, ApiError(500, std::string("internal error: ") + e.what()));
+        log::error("http: {} {}: {}", req.method, req.path, message_of(e));
+        reply_error(res, ApiError(500, std::string("internal error: ") + message_of(e)));
       }
     };
   }

@@ -73,37 +73,49 @@ fp8::BlockQuantized read_fp8(const SafetensorsModel& st, const std::string& name
 std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& dir,
                                               const Compute& compute) {
   HfConfig config = HfConfig::load(dir);
-  auto model = std::make_unique<Transformer>(config, compute);
   SafetensorsModel st = SafetensorsModel::open_dir(dir);
-  torch::NoGradGuard no_grad;
+  // Every weight the config describes is checked against the files before the model is
+  // allocated: a config.json that does not belong to its weights (a wrong or hostile one) could
+  // otherwise ask for far more memory than the files hold.
   std::set<std::string> expected;
-  for (const auto& [name, param] : model->named_parameters()) {
-    expected.insert(name);
-    const TensorInfo* info = st.find(name);
-    if (info == nullptr) fail(dir.string(), "missing tensor '{}' in the safetensors files", name);
-    const std::string where = st.file_of(name);
-    std::vector<int64_t> shape(info->shape.begin(), info->shape.end());
-    if (c10::IntArrayRef(shape) != param.sizes()) {
-      fail(where, "tensor '{}' has shape {} but config.json implies {}", name, shape_str(shape),
-           shape_str(param.sizes()));
+  for (const WeightShape& w : config.weight_shapes()) {
+    expected.insert(w.name);
+    const TensorInfo* info = st.find(w.name);
+    if (info == nullptr) {
+      fail(dir.string(), "missing tensor '{}' in the safetensors files", w.name);
+    }
+    if (info->shape != w.shape) {
+      fail(st.file_of(w.name), "tensor '{}' has shape {} but config.json implies {}", w.name,
+           shape_str(info->shape), shape_str(w.shape));
     }
     if (info->dtype == DType::F8_E4M3) {
-      fp8::BlockQuantized q = read_fp8(st, name, shape, where);
-      param.copy_(fp8::dequantize(q));
-      model->set_fp8_weight(name, fp8::stored_weight(std::move(q)));
-      expected.insert(scale_name(name));
-      continue;
+      expected.insert(scale_name(w.name));
+    } else {
+      torch_dtype(info->dtype, w.name, st.file_of(w.name));  // an Error unless F32, F16 or BF16
     }
-    auto bytes = st.data(name);
-    auto src = torch::from_blob(const_cast<std::byte*>(bytes.data()), shape,
-                                torch_dtype(info->dtype, name, where));
-    param.copy_(src);  // converts to the fp32 master (and to the device)
   }
   for (const auto& name : st.names()) {
     if (expected.count(name) || ignorable(name)) continue;
     if (name == "lm_head.weight" && config.tie_word_embeddings) continue;  // tied copy
     fail(dir.string(), "unexpected tensor '{}' (not part of a {} model with this config)", name,
          arch_name(config.arch));
+  }
+
+  auto model = std::make_unique<Transformer>(config, compute);
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, param] : model->named_parameters()) {
+    const TensorInfo* info = st.find(name);
+    const std::string where = st.file_of(name);
+    if (info->dtype == DType::F8_E4M3) {
+      fp8::BlockQuantized q = read_fp8(st, name, info->shape, where);
+      param.copy_(fp8::dequantize(q));
+      model->set_fp8_weight(name, fp8::stored_weight(std::move(q)));
+      continue;
+    }
+    auto bytes = st.data(name);
+    auto src = torch::from_blob(const_cast<std::byte*>(bytes.data()), info->shape,
+                                torch_dtype(info->dtype, name, where));
+    param.copy_(src);  // converts to the fp32 master (and to the device)
   }
   return model;
 }

@@ -1,5 +1,7 @@
 #include "model/hf_config.h"
 
+#include <cmath>
+
 #include "common/files.h"
 
 namespace trellis::model {
@@ -115,24 +117,43 @@ HfConfig HfConfig::from_json(const Json& j, const std::string& where) {
 }
 
 void HfConfig::validate(const std::string& where) const {
-  auto positive = [&](int64_t v, const char* name) {
+  auto in_range = [&](int64_t v, const char* name, int64_t max) {
     if (v <= 0) fail(where, "field '{}' must be positive, got {}", name, v);
+    if (v > max) {
+      fail(where, "field '{}' is {}, more than Trellis loads (at most {})", name, v, max);
+    }
   };
-  positive(hidden_size, "hidden_size");
-  positive(intermediate_size, "intermediate_size");
-  positive(num_hidden_layers, "num_hidden_layers");
-  positive(num_attention_heads, "num_attention_heads");
-  positive(num_key_value_heads, "num_key_value_heads");
-  positive(head_dim, "head_dim");
-  positive(vocab_size, "vocab_size");
-  positive(max_position_embeddings, "max_position_embeddings");
+  in_range(hidden_size, "hidden_size", kMaxHiddenSize);
+  in_range(intermediate_size, "intermediate_size", kMaxIntermediateSize);
+  in_range(num_hidden_layers, "num_hidden_layers", kMaxLayers);
+  in_range(num_attention_heads, "num_attention_heads", kMaxHeads);
+  in_range(num_key_value_heads, "num_key_value_heads", kMaxHeads);
+  in_range(head_dim, "head_dim", kMaxHeadDim);
+  in_range(vocab_size, "vocab_size", kMaxConfigVocabSize);
+  in_range(max_position_embeddings, "max_position_embeddings", kMaxPositions);
+  if (rope_scaling.original_max_position_embeddings) {
+    in_range(*rope_scaling.original_max_position_embeddings, "original_max_position_embeddings",
+             kMaxPositions);
+  }
   if (head_dim % 2 != 0) fail(where, "field 'head_dim' must be even for RoPE, got {}", head_dim);
+  if (max_position_embeddings * head_dim > kMaxRopeTableEntries) {
+    fail(where,
+         "max_position_embeddings ({}) x head_dim ({}) needs {:.1f} GiB of RoPE tables, above the "
+         "{} GiB Trellis allows",
+         max_position_embeddings, head_dim,
+         static_cast<double>(max_position_embeddings * head_dim) * 4 / (1 << 30),
+         kMaxRopeTableEntries * 4 >> 30);
+  }
   if (num_attention_heads % num_key_value_heads != 0) {
     fail(where, "num_attention_heads ({}) must be a multiple of num_key_value_heads ({})",
          num_attention_heads, num_key_value_heads);
   }
-  if (!(rms_norm_eps > 0)) fail(where, "field 'rms_norm_eps' must be positive");
-  if (!(rope_theta > 0)) fail(where, "field 'rope_theta' must be positive");
+  if (!(std::isfinite(rms_norm_eps) && rms_norm_eps > 0)) {
+    fail(where, "field 'rms_norm_eps' must be finite and positive");
+  }
+  if (!(std::isfinite(rope_theta) && rope_theta > 0)) {
+    fail(where, "field 'rope_theta' must be finite and positive");
+  }
 }
 
 HfConfig HfConfig::load(const std::filesystem::path& model_dir) {
@@ -178,6 +199,36 @@ Json HfConfig::to_json() const {
 
 void HfConfig::save(const std::filesystem::path& model_dir) const {
   write_file_atomic(model_dir / "config.json", to_json().dump(2) + "\n");
+}
+
+std::vector<WeightShape> HfConfig::weight_shapes() const {
+  const int64_t d = hidden_size, hd = head_dim, q = num_attention_heads * hd,
+                kv = num_key_value_heads * hd;
+  std::vector<WeightShape> out = {{"model.embed_tokens.weight", {vocab_size, d}}};
+  for (int64_t i = 0; i < num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    out.push_back({p + "input_layernorm.weight", {d}});
+    out.push_back({p + "self_attn.q_proj.weight", {q, d}});
+    out.push_back({p + "self_attn.k_proj.weight", {kv, d}});
+    out.push_back({p + "self_attn.v_proj.weight", {kv, d}});
+    if (attention_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", {q}});
+      out.push_back({p + "self_attn.k_proj.bias", {kv}});
+      out.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    out.push_back({p + "self_attn.o_proj.weight", {d, q}});
+    if (qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", {hd}});
+      out.push_back({p + "self_attn.k_norm.weight", {hd}});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", {d}});
+    out.push_back({p + "mlp.gate_proj.weight", {intermediate_size, d}});
+    out.push_back({p + "mlp.up_proj.weight", {intermediate_size, d}});
+    out.push_back({p + "mlp.down_proj.weight", {d, intermediate_size}});
+  }
+  out.push_back({"model.norm.weight", {d}});
+  if (!tie_word_embeddings) out.push_back({"lm_head.weight", {vocab_size, d}});
+  return out;
 }
 
 int64_t HfConfig::num_parameters() const {

@@ -22,6 +22,29 @@ enum class Arch { Llama, Qwen2, Qwen3 };
 const char* arch_name(Arch arch);  // "llama" | "qwen2" | "qwen3" (the HF model_type)
 Arch parse_arch(const std::string& name, const std::string& where);
 
+// Upper bounds on a config.json's dimensions. A config comes with a model from anywhere, and every
+// dimension sizes an allocation (weights, RoPE tables, KV caches) before any weight is read; the
+// bounds are far above every public model (Llama-3.1-405B: hidden 16,384, 126 layers, 128 heads,
+// intermediate 53,248; vocabularies up to 262,144; contexts up to Llama 4 Scout's 10,485,760) and
+// keep num_parameters() and every product of two dimensions well inside int64.
+inline constexpr int64_t kMaxHiddenSize = int64_t{1} << 17;        // 131,072
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;  // 1,048,576
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHeads = 1024;
+inline constexpr int64_t kMaxHeadDim = 1024;
+inline constexpr int64_t kMaxConfigVocabSize = int64_t{1}
+                                               << 21;       // as the tokenizer's kMaxVocabSize
+inline constexpr int64_t kMaxPositions = int64_t{1} << 24;  // 16,777,216
+// The RoPE tables hold a cosine and a sine for every position and pair of dimensions:
+// max_position_embeddings x head_dim floats, at most 8 GiB (Llama 4 Scout: 5.4 GB).
+inline constexpr int64_t kMaxRopeTableEntries = int64_t{1} << 31;
+
+// One weight of a model: its Hugging Face name and shape.
+struct WeightShape {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
 struct HfConfig {
   Arch arch = Arch::Qwen2;
   int64_t hidden_size = 0;
@@ -51,8 +74,12 @@ struct HfConfig {
   Json to_json() const;
   void save(const std::filesystem::path& model_dir) const;
 
-  // Throws if the shapes are inconsistent (e.g. heads not dividing, kv heads not dividing heads).
+  // Throws if the shapes are inconsistent (e.g. heads not dividing, kv heads not dividing heads)
+  // or a dimension is outside (0, its kMax... bound].
   void validate(const std::string& where) const;
+  // Every weight of a model of this config, in the order the Transformer holds them: the
+  // embedding, each layer's, the final norm, and the LM head unless it is tied to the embedding.
+  std::vector<WeightShape> weight_shapes() const;
   // Number of parameters, counting a tied embedding once.
   int64_t num_parameters() const;
   // Weights that take part in matmuls per token (projections, MLP, LM head): 2 FLOPs each per

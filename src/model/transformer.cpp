@@ -24,35 +24,34 @@ KVCache::KVCache(const HfConfig& config, int64_t batch, int64_t capacity, const 
 Transformer::Transformer(const HfConfig& config, const Compute& compute)
     : config_(config), compute_(compute) {
   config_.validate("model config");
-  const int64_t d = config.hidden_size, hd = config.head_dim;
-  const int64_t q = config.num_attention_heads * hd, kv = config.num_key_value_heads * hd;
-  embed_ = add_param("model.embed_tokens.weight", {config.vocab_size, d});
+  for (const WeightShape& w : config_.weight_shapes()) add_param(w.name, w.shape);
+  // Undefined for a weight this config does not have (biases, q/k norms).
+  auto weight = [&](const std::string& name) {
+    auto it = index_.find(name);
+    return it == index_.end() ? torch::Tensor() : params_[it->second].second;
+  };
+  embed_ = weight("model.embed_tokens.weight");
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
-    l.input_norm = add_param(p + "input_layernorm.weight", {d});
-    l.q_w = add_param(p + "self_attn.q_proj.weight", {q, d});
-    l.k_w = add_param(p + "self_attn.k_proj.weight", {kv, d});
-    l.v_w = add_param(p + "self_attn.v_proj.weight", {kv, d});
-    if (config.attention_bias) {
-      l.q_b = add_param(p + "self_attn.q_proj.bias", {q});
-      l.k_b = add_param(p + "self_attn.k_proj.bias", {kv});
-      l.v_b = add_param(p + "self_attn.v_proj.bias", {kv});
-    }
-    l.o_w = add_param(p + "self_attn.o_proj.weight", {d, q});
-    if (config.qk_norm) {
-      l.q_norm = add_param(p + "self_attn.q_norm.weight", {hd});
-      l.k_norm = add_param(p + "self_attn.k_norm.weight", {hd});
-    }
-    l.post_norm = add_param(p + "post_attention_layernorm.weight", {d});
-    l.gate_w = add_param(p + "mlp.gate_proj.weight", {config.intermediate_size, d});
-    l.up_w = add_param(p + "mlp.up_proj.weight", {config.intermediate_size, d});
-    l.down_w = add_param(p + "mlp.down_proj.weight", {d, config.intermediate_size});
+    l.input_norm = weight(p + "input_layernorm.weight");
+    l.q_w = weight(p + "self_attn.q_proj.weight");
+    l.k_w = weight(p + "self_attn.k_proj.weight");
+    l.v_w = weight(p + "self_attn.v_proj.weight");
+    l.q_b = weight(p + "self_attn.q_proj.bias");
+    l.k_b = weight(p + "self_attn.k_proj.bias");
+    l.v_b = weight(p + "self_attn.v_proj.bias");
+    l.o_w = weight(p + "self_attn.o_proj.weight");
+    l.q_norm = weight(p + "self_attn.q_norm.weight");
+    l.k_norm = weight(p + "self_attn.k_norm.weight");
+    l.post_norm = weight(p + "post_attention_layernorm.weight");
+    l.gate_w = weight(p + "mlp.gate_proj.weight");
+    l.up_w = weight(p + "mlp.up_proj.weight");
+    l.down_w = weight(p + "mlp.down_proj.weight");
     layers_.push_back(l);
   }
-  final_norm_ = add_param("model.norm.weight", {d});
-  lm_head_ =
-      config.tie_word_embeddings ? embed_ : add_param("lm_head.weight", {config.vocab_size, d});
+  final_norm_ = weight("model.norm.weight");
+  lm_head_ = config.tie_word_embeddings ? embed_ : weight("lm_head.weight");
 
   auto rope = rope_tables(config, compute.device);
   rope_cos_ = rope.cos;

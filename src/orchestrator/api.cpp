@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/http_limits.h"
@@ -214,8 +215,8 @@ httplib::Server::Handler Server::Impl::guarded(Handler fn) {
       count_refusal("malformed_request");
       reply_json(res, {{"error", e.what()}}, 400);
     } catch (const std::exception& e) {
-      log::error("orchestrator: {} {}: {}", req.method, req.path, e.what());
-      reply_json(res, {{"error", std::string("internal error: ") + e.what()}}, 500);
+      log::error("orchestrator: {} {}: {}", req.method, req.path, message_of(e));
+      reply_json(res, {{"error", std::string("internal error: ") + message_of(e)}}, 500);
     }
   };
 }

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/logging.h"
 #include "orchestrator/endpoint_request.h"
 #include "orchestrator/invite.h"
@@ -65,7 +66,7 @@ void InviteSweep::loop(std::string orchestrator_url) {
       sweep_once(orchestrator_url);
     } catch (const std::exception& e) {
       if (unix_seconds() - last_warning > 60) {  // an outage is logged, not a line per sweep
-        log::warn("orchestrator: invite sweep: {}", e.what());
+        log::warn("orchestrator: invite sweep: {}", message_of(e));
         last_warning = unix_seconds();
       }
     }

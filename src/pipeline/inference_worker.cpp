@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/identity.h"
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -120,7 +121,7 @@ class Worker {
         load_policy(newer->first, newer->second);
         fetcher_->release_older_than(version_);
       } catch (const std::exception& e) {
-        log::warn("could not load policy version {}: {}", newer->first, e.what());
+        log::warn("could not load policy version {}: {}", newer->first, message_of(e));
       }
     }
   }

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/logging.h"
 #include "orchestrator/client.h"
 #include "orchestrator/pool_policy.h"
@@ -86,7 +87,7 @@ std::optional<int64_t> PolicyFetcher::newest_cached(int64_t max_version) {
           v, dir.string());
       return v;
     } catch (const std::exception& e) {
-      log::warn("weights cache: dropping version {}: {}", v, e.what());
+      log::warn("weights cache: dropping version {}: {}", v, message_of(e));
       fs::remove_all(dir, ec);
     }
   }
@@ -99,7 +100,7 @@ void PolicyFetcher::loop() {
       fetch_once();
     } catch (const std::exception& e) {
       if (monotonic_seconds() - last_warning_ > 10) {
-        log::warn("policy fetch: {}", e.what());
+        log::warn("policy fetch: {}", message_of(e));
         last_warning_ = monotonic_seconds();
       }
     }

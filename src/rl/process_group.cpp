@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/ip_address.h"
 
 namespace trellis::rl {
@@ -140,7 +141,7 @@ ProcessGroup::ProcessGroup(const DistributedOptions& o)
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    fail(where, "cannot join the trainer's ranks: {}", e.what());
+    fail(where, "cannot join the trainer's ranks: {}", message_of(e));
   }
 }
 
@@ -189,7 +190,7 @@ void ProcessGroup::collective(const char* what, Fn&& fn) {
     throw;
   } catch (const std::exception& e) {
     comm_seconds_ += monotonic_seconds() - t0;
-    peer_failed(what, e.what());
+    peer_failed(what, message_of(e));
   }
   comm_seconds_ += monotonic_seconds() - t0;
 }
@@ -284,7 +285,7 @@ std::string ProcessGroup::broadcast_from_leader(const std::string& message) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // the store closed: rank 0 is gone
-    peer_failed("waiting for the leader", e.what());
+    peer_failed("waiting for the leader", message_of(e));
   }
   torch::Tensor bytes = torch::empty({size}, torch::kUInt8);
   if (leader()) std::memcpy(bytes.data_ptr(), message.data(), message.size());

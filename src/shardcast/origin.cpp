@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/files.h"
 #include "common/hashing.h"
 #include "common/logging.h"
@@ -181,7 +182,7 @@ void Origin::loop() {
                 entry.shards.size());
       if (job.published) job.published(entry);
     } catch (const std::exception& e) {
-      log::error("shardcast: publishing version {} failed: {}", job.version, e.what());
+      log::error("shardcast: publishing version {} failed: {}", job.version, message_of(e));
     }
     std::error_code ec;
     fs::remove(job.file, ec);

@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/files.h"
 #include "common/http_service.h"
 #include "common/json.h"
@@ -106,7 +107,7 @@ void Relay::pull_loop() {
     try {
       pull_once();
     } catch (const std::exception& e) {
-      log::warn("relay {}: {}", settings_.name, e.what());
+      log::warn("relay {}: {}", settings_.name, message_of(e));
     }
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::duration<double>(settings_.poll_s),
@@ -190,7 +191,7 @@ void Relay::pull_version(VersionEntry& entry,
       ++versions_from_delta_;
     } catch (const std::exception& e) {
       log::warn("relay {}: version {} from its delta failed, pulling the full version: {}",
-                settings_.name, entry.version, e.what());
+                settings_.name, entry.version, message_of(e));
     }
   }
   if (!made) {

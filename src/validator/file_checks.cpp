@@ -6,6 +6,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/json.h"
 #include "rl/advantages.h"
 #include "rollout/data_sampling.h"
@@ -310,7 +311,7 @@ std::optional<env::Task> check_group(const rollout::RolloutFile& file, int32_t i
     throw;
   } catch (const std::exception& e) {
     found = finding(stage, "group {} (rows {}..): checking it failed: {}", index, members.front(),
-                    e.what());
+                    message_of(e));
     return std::nullopt;
   }
 }
@@ -392,8 +393,8 @@ std::vector<Finding> check_file(const rollout::RolloutFile& file, const FileCont
     } catch (const CannotJudge&) {
       throw;
     } catch (const std::exception& e) {
-      found.push_back(
-          *finding("reward", "row {}: the verifier failed on the completion: {}", i, e.what()));
+      found.push_back(*finding("reward", "row {}: the verifier failed on the completion: {}", i,
+                               message_of(e)));
     }
   }
   if (budget.spent()) found.push_back(budget.finding("the end of the file checks"));

@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "common/identity.h"
 #include "common/logging.h"
 #include "ledger/entry.h"
@@ -45,7 +46,7 @@ class Service {
       try {
         return policies_->model(v);
       } catch (const std::exception& e) {
-        throw CannotJudge(fmt::format("policy version {} is not available: {}", v, e.what()));
+        throw CannotJudge(fmt::format("policy version {} is not available: {}", v, message_of(e)));
       }
     };
     validator_ = std::make_unique<Validator>(
@@ -67,7 +68,7 @@ class Service {
         if (!validate_one()) sleep();
       } catch (const std::exception& e) {
         if (monotonic_seconds() - last_warning > 10) {
-          log::warn("{}", e.what());
+          log::warn("{}", message_of(e));
           last_warning = monotonic_seconds();
         }
         sleep();
@@ -115,7 +116,8 @@ class Service {
     } catch (const std::exception& e) {
       // validate() turns a bad file into findings; anything left is still the file's doing.
       report = Report{};
-      report.findings.push_back({"schema", fmt::format("checking the file failed: {}", e.what())});
+      report.findings.push_back(
+          {"schema", fmt::format("checking the file failed: {}", message_of(e))});
       report.reason = report.findings.back().text();
     }
     // Signed by this validator's key for the run's ledger: the verdict is on the record as ours.

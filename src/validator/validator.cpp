@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/exception_message.h"
 #include "env/registry.h"
 #include "rl/rl_loop.h"
 #include "rollout/signing.h"
@@ -124,8 +125,8 @@ void Validator::check_models(const rollout::RolloutFile& file, Budget& budget, R
     } catch (const CannotJudge&) {
       throw;
     } catch (const std::exception& e) {
-      report.findings.push_back(
-          {"prefill", fmt::format("{}: recomputing them failed: {}", row_list(part), e.what())});
+      report.findings.push_back({"prefill", fmt::format("{}: recomputing them failed: {}",
+                                                        row_list(part), message_of(e))});
       return;
     }
   }
@@ -143,7 +144,7 @@ Report Validator::validate(std::string_view bytes, const Expected& expected) {
   try {
     file = rollout::decode_rollout_file(bytes, "the submission");
   } catch (const std::exception& e) {
-    findings.push_back({"schema", e.what()});
+    findings.push_back({"schema", message_of(e)});
   }
   report.rows = static_cast<int64_t>(file.rows.size());
   for (const auto& r : file.rows) report.tokens += static_cast<int64_t>(r.completion_tokens.size());
@@ -151,7 +152,7 @@ Report Validator::validate(std::string_view bytes, const Expected& expected) {
     try {
       if (auto f = check_binding(file, expected)) findings.push_back(*f);
     } catch (const std::exception& e) {
-      findings.push_back({"signature", e.what()});
+      findings.push_back({"signature", message_of(e)});
     }
   }
   if (findings.empty()) {
@@ -161,7 +162,7 @@ Report Validator::validate(std::string_view bytes, const Expected& expected) {
     } catch (const CannotJudge&) {
       throw;
     } catch (const std::exception& e) {  // check_file names its own; this is the last resort
-      findings.push_back({"schema", fmt::format("the file checks failed: {}", e.what())});
+      findings.push_back({"schema", fmt::format("the file checks failed: {}", message_of(e))});
     }
   }
   report.file_seconds = monotonic_seconds() - t0;

@@ -301,6 +301,22 @@ TEST_F(CliModel, ShapeNotMatchingConfigIsAnError) {
   EXPECT_CONTAINS(r.output, "error: tensor 'model.embed_tokens.weight' has shape [320, 128]");
 }
 
+TEST_F(CliModel, AConfigBeyondEveryRealModelIsOneLineNamingTheField) {
+  // Before the bounds, libtorch refused the allocation itself: an overflow message and thirty
+  // lines of backtrace, naming neither the file nor the field.
+  auto dir = copy("huge");
+  auto j = read_json_file((dir / "config.json").string());
+  j["hidden_size"] = int64_t{1} << 62;
+  write_file_atomic(dir / "config.json", j.dump());
+  auto r = run_trellis("generate --prompt hi --model " + dir.string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_CONTAINS(r.output,
+                  "error: field 'hidden_size' is 4611686018427387904, more than Trellis "
+                  "loads (at most 131072)");
+  EXPECT_CONTAINS(r.output, (dir / "config.json").string());
+  EXPECT_EQ(r.output.find("frame #"), std::string::npos) << r.output;
+}
+
 TEST_F(CliModel, UnsupportedTokenizerModelTypeIsAnError) {
   auto dir = copy("tokenizer");
   auto j = read_json_file((dir / "tokenizer.json").string());

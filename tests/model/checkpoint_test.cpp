@@ -2,14 +2,19 @@
 // model directory, each asserting the message names what is wrong and where.
 #include "model/checkpoint.h"
 
+#include <sys/resource.h>
+
 #include <cmath>
 #include <functional>
 #include <span>
 
+#include <limits>
 #include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 
+#include "common/exception_message.h"
 #include "common/files.h"
 #include "error_of.h"
 #include "model/fp8/e4m3.h"
@@ -86,6 +91,30 @@ TEST(Checkpoint, ShapeNotMatchingConfigIsAnError) {
   EXPECT_NE(msg.find("mlp.gate_proj.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("has shape [512, 128] but config.json implies [256, 128]"), std::string::npos)
       << msg;
+}
+
+// The process's peak resident memory in bytes.
+int64_t peak_rss() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return int64_t{usage.ru_maxrss} * 1024;
+}
+
+TEST(Checkpoint, AConfigLargerThanItsWeightsIsRefusedBeforeTheModelIsAllocated) {
+  // A 320-token embedding under a config.json that claims 2M tokens: the model of that config
+  // holds 1 GiB of fp32 embedding, which the loader allocated before it compared shapes.
+  auto dir = temp_dir("larger");
+  init_model_dir(dir, Arch::Qwen2, "tiny", 0);
+  auto j = read_json_file((dir / "config.json").string());
+  j["vocab_size"] = int64_t{1} << 21;
+  write_file_atomic(dir / "config.json", j.dump());
+  const int64_t before = peak_rss();
+  auto msg = error_of([&] { load_transformer(dir, Compute{}); });
+  EXPECT_NE(msg.find("tensor 'model.embed_tokens.weight' has shape [320, 128] but config.json "
+                     "implies [2097152, 128]"),
+            std::string::npos)
+      << msg;
+  EXPECT_LT(peak_rss() - before, int64_t{256} << 20);
 }
 
 TEST(Checkpoint, MissingAndUnexpectedTensorsAreErrors) {
@@ -292,6 +321,89 @@ TEST(HfConfigTest, MissingOrUnsupportedFieldsAreErrors) {
   j["num_key_value_heads"] = 3;
   EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("multiple of num_key_value_heads"),
             std::string::npos);
+}
+
+TEST(HfConfigTest, DimensionsBeyondEveryRealModelAreRefused) {
+  const Json good = preset_config(Arch::Qwen3, "tiny").to_json();
+  const std::vector<std::pair<const char*, int64_t>> too_large = {
+      {"hidden_size", kMaxHiddenSize * 2},     {"intermediate_size", kMaxIntermediateSize + 1},
+      {"num_hidden_layers", kMaxLayers + 1},   {"num_attention_heads", int64_t{1} << 62},
+      {"num_key_value_heads", kMaxHeads * 2},  {"head_dim", kMaxHeadDim + 2},
+      {"vocab_size", kMaxConfigVocabSize + 1}, {"max_position_embeddings", kMaxPositions + 1}};
+  for (const auto& [field, value] : too_large) {
+    Json j = good;
+    j[field] = value;
+    const std::string msg = error_of([&] { HfConfig::from_json(j, "dir/config.json"); });
+    EXPECT_NE(msg.find(fmt::format("field '{}' is {}, more than Trellis loads", field, value)),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("dir/config.json"), std::string::npos) << msg;
+  }
+  Json j = good;
+  j["max_position_embeddings"] = kMaxPositions;
+  j["head_dim"] = 256;
+  EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("GiB of RoPE tables"),
+            std::string::npos);
+  j = good;
+  j["rope_scaling"] = {{"rope_type", "yarn"},
+                       {"factor", 4.0},
+                       {"original_max_position_embeddings", kMaxPositions + 1}};
+  EXPECT_NE(error_of([&] {
+              HfConfig::from_json(j, "c");
+            }).find("field 'original_max_position_embeddings' is 16777217"),
+            std::string::npos);
+  j = good;
+  j["rms_norm_eps"] = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { HfConfig::from_json(j, "c"); }).find("'rms_norm_eps' must be finite"),
+            std::string::npos);
+}
+
+TEST(HfConfigTest, TheLargestPublicModelsLoad) {
+  // Llama-3.1-405B's config.json (trimmed), and its published parameter count.
+  auto j = Json::parse(R"({
+    "model_type": "llama", "hidden_size": 16384, "intermediate_size": 53248,
+    "num_hidden_layers": 126, "num_attention_heads": 128, "num_key_value_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "hidden_act": "silu",
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+  EXPECT_EQ(HfConfig::from_json(j, "405b").num_parameters(), int64_t{405'853'388'800});
+  // Llama 4 Scout's ten-million-token context, at its head_dim of 128.
+  j["max_position_embeddings"] = 10'485'760;
+  j["head_dim"] = 128;
+  EXPECT_NO_THROW(HfConfig::from_json(j, "scout"));
+}
+
+TEST(HfConfigTest, TheWeightShapesHoldEveryParameterOnce) {
+  for (Arch arch : {Arch::Llama, Arch::Qwen2, Arch::Qwen3}) {
+    for (bool tied : {false, true}) {
+      HfConfig c = preset_config(arch, "tiny");
+      c.tie_word_embeddings = tied;
+      c.attention_bias = arch != Arch::Llama;
+      int64_t total = 0;
+      std::set<std::string> names;
+      for (const WeightShape& w : c.weight_shapes()) {
+        int64_t n = 1;
+        for (int64_t dim : w.shape) n *= dim;
+        total += n;
+        EXPECT_TRUE(names.insert(w.name).second) << w.name;
+      }
+      EXPECT_EQ(total, c.num_parameters()) << arch_name(arch) << " tied " << tied;
+      EXPECT_EQ(names.count("lm_head.weight"), tied ? 0u : 1u);
+    }
+  }
+}
+
+TEST(ErrorMessages, ALibtorchErrorIsShownWithoutItsBacktrace) {
+  try {
+    auto t = torch::empty({int64_t{1} << 62, 8});
+    FAIL() << "libtorch allocated " << t.numel() << " elements";
+  } catch (const std::exception& e) {
+    ASSERT_NE(std::string(e.what()).find("frame #"), std::string::npos) << e.what();
+    const std::string shown = message_of(e);
+    EXPECT_NE(shown.find("overflow"), std::string::npos) << shown;
+    EXPECT_EQ(shown.find('\n'), std::string::npos) << shown;
+  }
 }
 
 TEST(HfConfigTest, ReadsRealWorldFields) {
