@@ -68,7 +68,17 @@ SignedHeaders require_signed_request(const httplib::Request& req, const std::str
   const SignatureCheck check =
       check_signed_request(h, id, req.method, req.target, body_sha256, now, client, nonces);
   if (check == SignatureCheck::kBusy) {
-    refuse(503, "busy", fmt::format("{}: {}", where, describe(check, h, now, nonces.window_s())));
+    // Clients that all share a loopback address are most likely behind a proxy on this machine
+    // that the config does not trust: then they share one address's share of the window.
+    refuse(503, "busy",
+           fmt::format("{}: {}{}", where, describe(check, h, now, nonces.window_s()),
+                       is_loopback_address(client)
+                           ? fmt::format("; this request came from {}: behind a reverse proxy "
+                                         "on this machine, list it in trusted_proxies "
+                                         "(orchestrator or discovery) so that each client "
+                                         "counts by its own address",
+                                         client)
+                           : ""));
   }
   if (check != SignatureCheck::kOk) {
     refuse(401, "bad_signature",

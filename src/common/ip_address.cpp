@@ -86,6 +86,13 @@ std::string canonical_ip(const std::string& text) {
   return text;
 }
 
+bool is_loopback_address(const std::string& ip) {
+  const std::string canonical = canonical_ip(ip);
+  in_addr v4{};
+  if (inet_pton(AF_INET, canonical.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return canonical == "::1";
+}
+
 std::string subscriber_block(const std::string& ip) {
   in6_addr v6{};
   if (inet_pton(AF_INET6, ip.c_str(), &v6) != 1) return ip;

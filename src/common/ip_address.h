@@ -21,6 +21,10 @@ std::string canonical_ip(const std::string& text);
 // ("2001:db8:1:2::/64"). Text that is no IP address stands for itself.
 std::string subscriber_block(const std::string& ip);
 
+// Whether `ip` is a loopback address (127.0.0.0/8, also IPv4-mapped, or ::1). Requests from one
+// to a public service most likely came through a reverse proxy on the same machine.
+bool is_loopback_address(const std::string& ip);
+
 // Whether `ip` is reachable on the public internet: false for loopback, private (RFC 1918, IPv6
 // unique local), shared (100.64.0.0/10), link-local (cloud metadata services live there),
 // unspecified, multicast, documentation, benchmarking and reserved addresses (IANA's

@@ -409,7 +409,7 @@ std::string State::ip_problem_locked(const std::string& address, const std::stri
   while (q.step()) live += subscriber_block(q.text(0)) == block;
   if (live < policy_.max_nodes_per_ip) return "";
   // Every node at a loopback address: most likely a reverse proxy the config does not trust.
-  const bool loopback = block.starts_with("127.") || block == "::/64";
+  const bool loopback = is_loopback_address(ip);
   return fmt::format(
       "{} has {} live nodes registered already, the most one address may have "
       "(orchestrator.max_nodes_per_ip = {}): a slot frees when one of them is evicted or dies "

@@ -8,7 +8,6 @@
 #include "common/exception_message.h"
 #include "common/logging.h"
 #include "orchestrator/client.h"
-#include "orchestrator/pool_policy.h"
 #include "shardcast/shard_fetcher.h"
 
 namespace trellis::pipeline {
@@ -42,7 +41,8 @@ PolicyFetcher::PolicyFetcher(const Config& config, fs::path dir, fs::path base_m
       base_model_(std::move(base_model)),
       identity_(identity),
       stop_(stop),
-      orchestrator_url_(orchestrator::client_url(config)) {
+      orchestrator_url_(orchestrator::client_url(config)),
+      registration_(orchestrator_url_, "", identity, stop) {
   poll_s_ = config.get_at_least<double>("infer.poll_s", 0.01);
   if (config.get_list<std::string>("shardcast.relay_urls").empty())
     fail("shardcast.relay_urls", "no relay to fetch policies from: list the relays' URLs");
@@ -112,12 +112,9 @@ void PolicyFetcher::loop() {
 void PolicyFetcher::fetch_once() {
   orchestrator::Client orchestrator(orchestrator_url_);
   // The relays serve only nodes the orchestrator lists, from the IP it saw them register from:
-  // registering again now and then follows a node whose address changed, and is how a worker
-  // without a node agent stays live (orchestrator.registration_ttl_s).
-  if (monotonic_seconds() - registered_at_ > orchestrator::kRegisterAgainS) {
-    orchestrator.register_node(identity_);
-    registered_at_ = monotonic_seconds();
-  }
+  // registering again now and then (registration_) follows a node whose address changed, and is
+  // how a worker without a node agent stays live (orchestrator.registration_ttl_s).
+  if (!registration_.registered()) return;
   const auto status = orchestrator.status();
   if (status.trainer_public_key.empty()) return;  // nothing published yet: nothing to verify
   if (!client_ || trainer_key_ != status.trainer_public_key) {

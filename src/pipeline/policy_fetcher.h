@@ -3,7 +3,8 @@
 // verified against the trainer's signed manifest, while the worker goes on generating with the
 // version it holds. Only verified files ever appear as a version here: the worker never loads
 // weights that failed verification. Before its first fetch the worker registers with the
-// orchestrator, whose list of active nodes is the relays' allowlist.
+// orchestrator, whose list of active nodes is the relays' allowlist, and it stays registered from
+// a thread of its own (orchestrator/registration_keeper.h), however long a download takes.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include "common/config.h"
 #include "common/identity.h"
+#include "orchestrator/registration_keeper.h"
 #include "shardcast/client.h"
 
 namespace trellis::pipeline {
@@ -49,13 +51,13 @@ class PolicyFetcher {
   std::atomic<bool> stopping_{false};  // stop_, or this fetcher destroyed
   std::string orchestrator_url_;
   double poll_s_ = 0.5;
-  double registered_at_ = -1e9;
   std::string trainer_key_;
   bool cache_checked_ = false;  // newest_cached() runs once, when the trainer's key is known
   std::unique_ptr<shardcast::Client> client_;  // once the trainer's key is known
   std::mutex mu_;
   int64_t fetched_ = -1;  // guarded by mu_
   double last_warning_ = -1e9;
+  orchestrator::RegistrationKeeper registration_;
   std::thread thread_;
 };
 

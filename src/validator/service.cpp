@@ -13,7 +13,7 @@
 #include "model/prompting.h"
 #include "orchestrator/client.h"
 #include "orchestrator/credentials.h"
-#include "orchestrator/pool_policy.h"
+#include "orchestrator/registration_keeper.h"
 #include "validator/policy_cache.h"
 #include "validator/validator.h"
 
@@ -52,6 +52,10 @@ class Service {
     validator_ = std::make_unique<Validator>(
         config, *prompting_, model_of,
         ModelLimits{architecture.vocab_size, architecture.max_position_embeddings});
+    registration_ = std::make_unique<orchestrator::RegistrationKeeper>(
+        client_.base_url(),
+        orchestrator::client_token(config, run_dir, orchestrator::Role::kValidator), *identity_,
+        stop);
     log::info(
         "validator {} ({}), orchestrator {}; {} of each file's completions (at least {}) "
         "checked by prefill",
@@ -93,12 +97,10 @@ class Service {
       done_ = true;
       return false;
     }
-    // Relays serve the pool's registered nodes: a validator registers like a worker, and again
-    // now and then to stay live (orchestrator.registration_ttl_s).
-    if (monotonic_seconds() - registered_at_ > orchestrator::kRegisterAgainS) {
-      client_.register_node(*identity_);
-      registered_at_ = monotonic_seconds();
-    }
+    // Relays serve the pool's registered nodes: a validator registers like a worker, and stays
+    // live by registering again from the keeper's thread (orchestrator.registration_ttl_s),
+    // however long a judgement or a policy download takes.
+    if (!registration_->registered()) return false;
     const auto claimed = client_.claim_validation(name_);
     if (!claimed.claim) return false;
     const auto& claim = *claimed.claim;
@@ -143,11 +145,12 @@ class Service {
   const std::atomic<bool>& stop_;
   orchestrator::Client client_;
   std::string name_;
-  double poll_s_ = 0.5, registered_at_ = -1e9;
+  double poll_s_ = 0.5;
   bool done_ = false;
   std::unique_ptr<Identity> identity_;
   std::unique_ptr<model::Prompting> prompting_;
   std::unique_ptr<PolicyCache> policies_;
+  std::unique_ptr<orchestrator::RegistrationKeeper> registration_;  // after identity_
   std::unique_ptr<Validator> validator_;
 };
 

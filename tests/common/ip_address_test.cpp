@@ -46,6 +46,15 @@ TEST(IpAddress, EveryWayOfWritingAnAddressHasOneCanonicalText) {
 
 // Per-address limits count a subscriber once: IPv4 by its address, however written, and IPv6 by
 // its /64 (what one subscriber is given), checked against addresses worked out by hand.
+TEST(IpAddress, LoopbackIsTheWhole127BlockAndColonColonOneHoweverWritten) {
+  for (const char* loopback :
+       {"127.0.0.1", "127.255.3.4", "::ffff:127.0.0.2", "::FFFF:7f00:1", "::1", "0:0:0:0:0:0:0:1"})
+    EXPECT_TRUE(is_loopback_address(loopback)) << loopback;
+  for (const char* other : {"128.0.0.1", "126.255.255.255", "10.0.0.1", "::2", "::ffff:10.0.0.1",
+                            "fe80::1", "localhost", "127.0.0.1/8", ""})
+    EXPECT_FALSE(is_loopback_address(other)) << other;
+}
+
 TEST(IpAddress, ASubscribersBlockIsItsIpv4AddressOrItsIpv6Slash64) {
   EXPECT_EQ(subscriber_block("10.0.0.1"), "10.0.0.1");
   EXPECT_EQ(subscriber_block("::ffff:10.0.0.1"), "10.0.0.1");

@@ -27,6 +27,7 @@
 #include "orchestrator/api_fixture.h"
 #include "orchestrator/client.h"
 #include "orchestrator/credentials.h"
+#include "orchestrator/registration_keeper.h"
 #include "orchestrator/state.h"
 #include "rollout_fixtures.h"
 
@@ -457,6 +458,33 @@ TEST_F(NodeRegistry, ANodeWithoutAnAgentThatStopsRegisteringGoesStale) {
   EXPECT_NO_THROW(node.request_work(worker_, 0, 1));
 }
 
+// A node without an agent stays live through work longer than its registration lifetime (a
+// checkpoint download over a slow link, a long judgement) while a RegistrationKeeper registers
+// it from a thread of its own; once the keeper stops, the node goes stale. (A worker used to
+// register between downloads only, and went stale in the middle of a long one.)
+TEST_F(NodeRegistry, ARegistrationKeeperKeepsANodeLiveThroughWorkLongerThanTheLifetime) {
+  ApiOptions o = options();
+  o.pool.registration_ttl_s = 1.0;
+  Client& trainer = start(o);
+  const std::atomic<bool> stop{false};
+  {
+    RegistrationKeeper keeper(server_->url(), "", worker_, stop, 0.1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!keeper.registered() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(keeper.registered());
+    // The work: 2.5 s, two and a half lifetimes, with no registration of its own.
+    for (int i = 0; i < 10; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      EXPECT_EQ(state_name(worker_), "registered") << "after " << (i + 1) * 250 << " ms";
+    }
+    EXPECT_EQ(trainer.allowlist().ips, Strings{"127.0.0.1"});
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_EQ(state_name(worker_), "stale");
+  EXPECT_EQ(trainer.allowlist().ips, Strings{});
+}
+
 // A flood of signed requests from one machine (each signed with a fresh key, so that no replay
 // check stops it) fills only that address's share of the nonce window: it gets 503 busy, and a
 // node elsewhere is still served. Without the share, the flood took the whole window and the
@@ -476,6 +504,9 @@ TEST_F(NodeRegistry, AFloodOfSignedRequestsFromOneAddressBusiesOnlyThatAddress) 
       ++busy;
       EXPECT_EQ(Json::parse(res->body).value("code", ""), "busy");
       EXPECT_CONTAINS(error_text(res), "from this address or in all; retry shortly");
+      EXPECT_CONTAINS(error_text(res),
+                      "came from 127.0.0.2: behind a reverse proxy on this "
+                      "machine, list it in trusted_proxies");
     }
   }
   EXPECT_EQ(served, 6);
