@@ -84,14 +84,15 @@ std::unique_ptr<Transformer> load_transformer(const std::filesystem::path& dir,
     if (info == nullptr) {
       fail(dir.string(), "missing tensor '{}' in the safetensors files", w.name);
     }
+    const std::string where = st.file_of(w.name);
     if (info->shape != w.shape) {
-      fail(st.file_of(w.name), "tensor '{}' has shape {} but config.json implies {}", w.name,
+      fail(where, "tensor '{}' has shape {} but config.json implies {}", w.name,
            shape_str(info->shape), shape_str(w.shape));
     }
     if (info->dtype == DType::F8_E4M3) {
       expected.insert(scale_name(w.name));
     } else {
-      torch_dtype(info->dtype, w.name, st.file_of(w.name));  // an Error unless F32, F16 or BF16
+      torch_dtype(info->dtype, w.name, where);  // an Error unless F32, F16 or BF16
     }
   }
   for (const auto& name : st.names()) {

@@ -25,33 +25,32 @@ Transformer::Transformer(const HfConfig& config, const Compute& compute)
     : config_(config), compute_(compute) {
   config_.validate("model config");
   for (const WeightShape& w : config_.weight_shapes()) add_param(w.name, w.shape);
-  // Undefined for a weight this config does not have (biases, q/k norms).
-  auto weight = [&](const std::string& name) {
-    auto it = index_.find(name);
-    return it == index_.end() ? torch::Tensor() : params_[it->second].second;
-  };
-  embed_ = weight("model.embed_tokens.weight");
+  embed_ = parameter("model.embed_tokens.weight");
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     Layer l;
-    l.input_norm = weight(p + "input_layernorm.weight");
-    l.q_w = weight(p + "self_attn.q_proj.weight");
-    l.k_w = weight(p + "self_attn.k_proj.weight");
-    l.v_w = weight(p + "self_attn.v_proj.weight");
-    l.q_b = weight(p + "self_attn.q_proj.bias");
-    l.k_b = weight(p + "self_attn.k_proj.bias");
-    l.v_b = weight(p + "self_attn.v_proj.bias");
-    l.o_w = weight(p + "self_attn.o_proj.weight");
-    l.q_norm = weight(p + "self_attn.q_norm.weight");
-    l.k_norm = weight(p + "self_attn.k_norm.weight");
-    l.post_norm = weight(p + "post_attention_layernorm.weight");
-    l.gate_w = weight(p + "mlp.gate_proj.weight");
-    l.up_w = weight(p + "mlp.up_proj.weight");
-    l.down_w = weight(p + "mlp.down_proj.weight");
+    l.input_norm = parameter(p + "input_layernorm.weight");
+    l.q_w = parameter(p + "self_attn.q_proj.weight");
+    l.k_w = parameter(p + "self_attn.k_proj.weight");
+    l.v_w = parameter(p + "self_attn.v_proj.weight");
+    if (config.attention_bias) {
+      l.q_b = parameter(p + "self_attn.q_proj.bias");
+      l.k_b = parameter(p + "self_attn.k_proj.bias");
+      l.v_b = parameter(p + "self_attn.v_proj.bias");
+    }
+    l.o_w = parameter(p + "self_attn.o_proj.weight");
+    if (config.qk_norm) {
+      l.q_norm = parameter(p + "self_attn.q_norm.weight");
+      l.k_norm = parameter(p + "self_attn.k_norm.weight");
+    }
+    l.post_norm = parameter(p + "post_attention_layernorm.weight");
+    l.gate_w = parameter(p + "mlp.gate_proj.weight");
+    l.up_w = parameter(p + "mlp.up_proj.weight");
+    l.down_w = parameter(p + "mlp.down_proj.weight");
     layers_.push_back(l);
   }
-  final_norm_ = weight("model.norm.weight");
-  lm_head_ = config.tie_word_embeddings ? embed_ : weight("lm_head.weight");
+  final_norm_ = parameter("model.norm.weight");
+  lm_head_ = config.tie_word_embeddings ? embed_ : parameter("lm_head.weight");
 
   auto rope = rope_tables(config, compute.device);
   rope_cos_ = rope.cos;
