@@ -35,8 +35,9 @@ inline constexpr int64_t kMaxHeadDim = 1024;
 inline constexpr int64_t kMaxConfigVocabSize = int64_t{1}
                                                << 21;       // as the tokenizer's kMaxVocabSize
 inline constexpr int64_t kMaxPositions = int64_t{1} << 24;  // 16,777,216
-// The RoPE tables hold a cosine and a sine for every position and pair of dimensions:
-// max_position_embeddings x head_dim floats, at most 8 GiB (Llama 4 Scout: 5.4 GB).
+// The RoPE tables hold a cosine and a sine for each pair of dimensions of every position a run
+// reaches (they grow with it): at most max_position_embeddings x head_dim floats, 8 GiB (Llama 4
+// Scout's whole context: 5.4 GB).
 inline constexpr int64_t kMaxRopeTableEntries = int64_t{1} << 31;
 
 // One weight of a model: its Hugging Face name and shape.

@@ -82,17 +82,25 @@ double rope_attention_factor(const RopeScaling& s) {
   return yarn_mscale(s.factor, 1.0);
 }
 
-RopeTables rope_tables(const HfConfig& config, const torch::Device& device) {
-  // Angles in fp32 from an int64 arange, as Hugging Face computes them.
-  auto positions = torch::arange(config.max_position_embeddings, torch::kInt64).to(torch::kFloat32);
-  auto angles = torch::outer(positions, rope_inv_freq(config));
+RopeTables rope_tables(const HfConfig& config, int64_t positions, const torch::Device& device) {
+  const auto inv_freq = rope_inv_freq(config);
   const double attention_factor = rope_attention_factor(config.rope_scaling);
-  auto cos = angles.cos(), sin = angles.sin();
-  if (attention_factor != 1.0) {
-    cos = cos * attention_factor;
-    sin = sin * attention_factor;
+  auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  RopeTables out{torch::empty({positions, inv_freq.size(0)}, options),
+                 torch::empty({positions, inv_freq.size(0)}, options)};
+  // In blocks of rows, so that the fp64 temporaries stay small beside a table of millions of rows.
+  constexpr int64_t kBlock = int64_t{1} << 16;
+  for (int64_t begin = 0; begin < positions; begin += kBlock) {
+    const int64_t rows = std::min(kBlock, positions - begin);
+    // Angles in fp32 from an int64 arange, as Hugging Face computes them.
+    auto angles =
+        torch::outer(torch::arange(begin, begin + rows, torch::kInt64).to(torch::kFloat32),
+                     inv_freq)
+            .to(torch::kFloat64);
+    out.cos.narrow(0, begin, rows).copy_(angles.cos().mul_(attention_factor));
+    out.sin.narrow(0, begin, rows).copy_(angles.sin().mul_(attention_factor));
   }
-  return {cos.to(device), sin.to(device)};
+  return out;
 }
 
 }  // namespace trellis::model

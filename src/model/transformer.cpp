@@ -52,9 +52,8 @@ Transformer::Transformer(const HfConfig& config, const Compute& compute)
   final_norm_ = parameter("model.norm.weight");
   lm_head_ = config.tie_word_embeddings ? embed_ : parameter("lm_head.weight");
 
-  auto rope = rope_tables(config, compute.device);
-  rope_cos_ = rope.cos;
-  rope_sin_ = rope.sin;
+  rope_ = rope_tables(config, std::min(config.max_position_embeddings, kInitialRopePositions),
+                      compute.device);
 }
 
 torch::Tensor Transformer::add_param(const std::string& name, std::vector<int64_t> shape) {
@@ -329,11 +328,19 @@ ForwardOutput Transformer::finish(const torch::Tensor& x, const ForwardOptions& 
   return out;
 }
 
-void Transformer::check_positions(int64_t max_position) const {
-  if (max_position >= config_.max_position_embeddings) {
-    throw Error(fmt::format("position {} exceeds max_position_embeddings {}", max_position,
-                            config_.max_position_embeddings));
+const RopeTables& Transformer::rope_through(int64_t max_position) {
+  const int64_t limit = config_.max_position_embeddings;
+  if (max_position >= limit) {
+    throw Error(fmt::format("position {} exceeds max_position_embeddings {}", max_position, limit));
   }
+  const int64_t rows = rope_.cos.size(0);
+  if (max_position >= rows) {
+    // Doubling: a long generation rebuilds the tables a logarithmic number of times.
+    int64_t grown = rows;
+    while (grown <= max_position) grown *= 2;
+    rope_ = rope_tables(config_, std::min(grown, limit), compute_.device);
+  }
+  return rope_;
 }
 
 ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
@@ -349,9 +356,9 @@ ForwardOutput Transformer::forward_packed(const torch::Tensor& tokens,
   if (tokens.dim() != 1 || positions.sizes() != tokens.sizes() || total != T) {
     throw Error("packed forward: tokens and positions must be [T] with sum(seq_lens) == T");
   }
-  check_positions(positions.numel() ? positions.max().item<int64_t>() : 0);
+  const auto& rope = rope_through(positions.numel() ? positions.max().item<int64_t>() : 0);
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
-  auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
+  auto cos = rope.cos.index_select(0, pos), sin = rope.sin.index_select(0, pos);
   // seq_lens by value: with recompute_layers the backward pass calls this again.
   auto x = run_layers(
       F::embedding(tok, w(embed_)), cos, sin,
@@ -377,9 +384,9 @@ ForwardOutput Transformer::forward_step(const torch::Tensor& tokens, KVCache& ca
     throw Error(
         fmt::format("KV cache full: {} + {} tokens exceed capacity {}", P, t, cache.capacity_));
   }
-  check_positions(P + t - 1);
+  const auto& rope = rope_through(P + t - 1);
   auto tok = tokens.to(compute_.device);
-  auto cos = rope_cos_.narrow(0, P, t), sin = rope_sin_.narrow(0, P, t);
+  auto cos = rope.cos.narrow(0, P, t), sin = rope.sin.narrow(0, P, t);
   auto x = run_layers(
       F::embedding(tok, w(embed_)), cos, sin,  // x: [B, t, d]
       [&](int64_t i, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -400,9 +407,9 @@ ForwardOutput Transformer::forward_tokens(const torch::Tensor& tokens,
   if (tokens.dim() != 1 || positions.sizes() != tokens.sizes() || tokens.numel() == 0) {
     throw Error("forward_tokens: tokens and positions must be non-empty [T]");
   }
-  check_positions(positions.max().item<int64_t>());
+  const auto& rope = rope_through(positions.max().item<int64_t>());
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
-  auto cos = rope_cos_.index_select(0, pos), sin = rope_sin_.index_select(0, pos);
+  auto cos = rope.cos.index_select(0, pos), sin = rope.sin.index_select(0, pos);
   auto x = run_layers(F::embedding(tok, w(embed_)), cos, sin, attention, options.fp8);
   return finish(x, options);
 }

@@ -32,6 +32,7 @@
 #include "model/compute.h"
 #include "model/fp8/fp8_linear.h"
 #include "model/hf_config.h"
+#include "model/rope.h"
 
 namespace trellis::model {
 
@@ -78,6 +79,10 @@ class KVCache {
 // values are kept and which of them each query sees.
 using AttentionFn = std::function<torch::Tensor(int64_t layer, const torch::Tensor& q,
                                                 const torch::Tensor& k, const torch::Tensor& v)>;
+
+// The RoPE positions a model's tables hold before any forward asks for more (or the config's
+// context, if smaller): 2 MB at head_dim 128.
+inline constexpr int64_t kInitialRopePositions = 4096;
 
 class Transformer {
  public:
@@ -166,7 +171,8 @@ class Transformer {
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& cos, const torch::Tensor& sin,
                            const AttentionFn& attention, bool fp8, bool recompute = false);
   ForwardOutput finish(const torch::Tensor& x, const ForwardOptions& options);
-  void check_positions(int64_t max_position) const;
+  // The RoPE tables, grown to hold `max_position`; throws past max_position_embeddings.
+  const RopeTables& rope_through(int64_t max_position);
 
   HfConfig config_;
   Compute compute_;
@@ -174,7 +180,9 @@ class Transformer {
   std::unordered_map<std::string, size_t> index_;
   torch::Tensor embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
-  torch::Tensor rope_cos_, rope_sin_;  // [max_positions, head_dim / 2], fp32
+  // Built for the positions used so far (at least kInitialRopePositions), not for the config's
+  // whole context: a 1M-context model's full tables would take 0.5 GB whatever the run's length.
+  RopeTables rope_;
   struct Cast {
     int64_t version;
     torch::Tensor value;

@@ -2,8 +2,6 @@
 // model directory, each asserting the message names what is wrong and where.
 #include "model/checkpoint.h"
 
-#include <sys/resource.h>
-
 #include <cmath>
 #include <functional>
 #include <span>
@@ -20,12 +18,14 @@
 #include "model/fp8/e4m3.h"
 #include "model/presets.h"
 #include "model/safetensors.h"
+#include "peak_rss.h"
 
 namespace trellis::model {
 namespace {
 
 namespace fs = std::filesystem;
 using test::error_of;
+using test::peak_rss;
 
 fs::path temp_dir(const std::string& name) {
   auto dir =
@@ -91,13 +91,6 @@ TEST(Checkpoint, ShapeNotMatchingConfigIsAnError) {
   EXPECT_NE(msg.find("mlp.gate_proj.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("has shape [512, 128] but config.json implies [256, 128]"), std::string::npos)
       << msg;
-}
-
-// The process's peak resident memory in bytes.
-int64_t peak_rss() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  return int64_t{usage.ru_maxrss} * 1024;
 }
 
 TEST(Checkpoint, AConfigLargerThanItsWeightsIsRefusedBeforeTheModelIsAllocated) {

@@ -12,6 +12,7 @@
 #include "model/fp8/block_quant.h"
 #include "model/presets.h"
 #include "model/rope_reference.h"
+#include "peak_rss.h"
 
 namespace trellis::model {
 namespace {
@@ -58,21 +59,27 @@ torch::Tensor fp8_projection(const torch::Tensor& x, const torch::Tensor& w) {
   return torch::matmul(q(x, 1), q(w, fp8::kGroup).t());
 }
 
-// Naive reference: per head, per query loops over explicit formulas, in double precision.
+// Naive reference: per head, per query loops over explicit formulas, in double precision, for
+// tokens at `positions` (0, 1, ... if empty).
 torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens,
-                               const Projection& project = exact_projection) {
+                               const Projection& project = exact_projection,
+                               std::vector<int64_t> positions = {}) {
   const HfConfig& c = m.config();
   auto P = [&](const std::string& n) { return m.parameter(n).to(torch::kFloat64); };
   auto rms = [&](const torch::Tensor& x, const torch::Tensor& w) {
     return x / torch::sqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps) * w;
   };
   const int64_t T = tokens.size(0), hd = c.head_dim;
+  if (positions.empty()) {
+    for (int64_t t = 0; t < T; ++t) positions.push_back(t);
+  }
   const auto inv_freq = reference::inv_freq(c);
   const double rope_scale = reference::attention_factor(c.rope_scaling);
   auto rope_row = [&](torch::Tensor v, int64_t pos) {  // v: [hd]
     auto out = v.clone();
     for (int64_t i = 0; i < hd / 2; ++i) {
-      double a = pos * static_cast<double>(static_cast<float>(inv_freq[i]));
+      // The angle in fp32, as Hugging Face computes it (one rounding of the exact product).
+      double a = static_cast<float>(pos) * static_cast<float>(inv_freq[i]);
       double cos = rope_scale * std::cos(a), sin = rope_scale * std::sin(a);
       double x1 = v[i].item<double>(), x2 = v[i + hd / 2].item<double>();
       out[i] = x1 * cos - x2 * sin;
@@ -101,8 +108,8 @@ torch::Tensor reference_logits(const Transformer& m, const torch::Tensor& tokens
           qv = rms(qv, P(p + "self_attn.q_norm.weight"));
           kv = rms(kv, P(p + "self_attn.k_norm.weight"));
         }
-        qs.push_back(rope_row(qv, t));
-        ks.push_back(rope_row(kv, t));
+        qs.push_back(rope_row(qv, positions[t]));
+        ks.push_back(rope_row(kv, positions[t]));
       }
       for (int64_t i = 0; i < T; ++i) {
         std::vector<double> s(i + 1);
@@ -375,6 +382,61 @@ TEST(Transformer, Bf16ComputeTracksFp32AndGradientsReachFp32Masters) {
   }
   EXPECT_GT(m16->parameter("model.layers.1.mlp.down_proj.weight").grad().abs().sum().item<double>(),
             0);
+}
+
+// A long-context model's RoPE tables hold the positions used so far, and grow past
+// kInitialRopePositions when a forward reaches further: the logits match the reference at
+// positions on both sides of the first tables, and they are the same bits whether the tables
+// grew for them or were that long already. (Not one run of far positions: RoPE sees only the
+// distances between positions, so a shift of every position changes nothing.)
+TEST(Transformer, PositionsBeyondTheFirstRopeTablesMatchTheReference) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(Arch::Qwen3);
+  c.max_position_embeddings = 1 << 20;
+  const int64_t far = 3 * kInitialRopePositions + 5;
+  const std::vector<int64_t> spread = {0, 1, 2, far, far + 1, far + 2};
+  const auto tokens = random_tokens(6, c.vocab_size, 9);
+  const auto positions = torch::tensor(spread, torch::kInt64);
+  auto grown = make_model(c, torch::kFloat32);
+  auto contiguous = grown->forward(tokens).logits;
+  auto logits = grown->forward_packed(tokens, positions, {6}).logits;
+  EXPECT_LT(max_diff(logits, reference_logits(*grown, tokens, exact_projection, spread)), 1e-4);
+  EXPECT_GT(max_diff(logits, contiguous), 1e-3);  // the positions matter
+
+  // A model whose tables reached further first.
+  auto longer = make_model(c, torch::kFloat32);
+  longer->forward_packed(tokens, positions * 5, {6});
+  EXPECT_TRUE(torch::equal(longer->forward_packed(tokens, positions, {6}).logits, logits));
+  EXPECT_TRUE(torch::equal(longer->forward(tokens).logits, contiguous));
+}
+
+// Decoding across the end of the first tables: the KV-cache steps past kInitialRopePositions
+// give what one forward over the whole sequence gives.
+TEST(Transformer, KvCacheStepsCrossTheFirstRopeTables) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(Arch::Llama);
+  c.max_position_embeddings = 1 << 16;
+  auto m = make_model(c, torch::kFloat32);
+  const int64_t T = kInitialRopePositions + 6;
+  const auto tokens = random_tokens(T, c.vocab_size, 4);
+  KVCache cache(c, 1, T, m->compute());
+  const int64_t prefill = kInitialRopePositions - 3;
+  m->forward_step(tokens.narrow(0, 0, prefill).unsqueeze(0), cache);
+  auto steps = m->forward_step(tokens.narrow(0, prefill, T - prefill).unsqueeze(0), cache).logits;
+  auto full = make_model(c, torch::kFloat32)->forward(tokens).logits;
+  EXPECT_LT(max_diff(steps[0], full.narrow(0, prefill, T - prefill)), 1e-4);
+}
+
+// The tables of a 4M-position model are 512 MiB at head_dim 32 (more while they are computed);
+// a model that uses a few thousand positions holds a few thousand rows.
+TEST(Transformer, ALongContextCostsNoMemoryUntilItsPositionsAreUsed) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(Arch::Llama);
+  c.max_position_embeddings = 1 << 22;
+  const int64_t before = test::peak_rss();
+  auto m = make_model(c, torch::kFloat32);
+  m->forward(random_tokens(16, c.vocab_size, 2));
+  EXPECT_LT(test::peak_rss() - before, int64_t{128} << 20);
 }
 
 TEST(Transformer, RejectsPositionsBeyondTheContext) {
