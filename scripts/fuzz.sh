@@ -3,8 +3,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     (default 60 s each; no TARGET = all of them)
 #
-# Targets: rollout_reader safetensors hf_config tokenizer manifest delta proof config json
-# verifiers requests access (fuzz/<name>_fuzz.cpp, docs/fuzzing.md). Each is linked from just the
+# Targets: rollout_reader safetensors hf_config tokenizer chat_template manifest delta proof config
+# json verifiers requests access (fuzz/<name>_fuzz.cpp, docs/fuzzing.md). Each is linked from just the
 # sources it needs; every source is compiled once into build-fuzz/obj/ (with clang++, from clang and
 # libclang-rt-14-dev, which scripts/setup.sh installs) and shared between targets. Each target runs
 # for SECONDS on its seeds fuzz/corpus/<name>/ plus what earlier runs found
@@ -15,8 +15,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SECONDS_TO_RUN="${1:-60}"
 shift || true
-ALL=(rollout_reader safetensors hf_config tokenizer manifest delta proof config json verifiers
-     requests access)
+ALL=(rollout_reader safetensors hf_config tokenizer chat_template manifest delta proof config json
+     verifiers requests access)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL[@]}")
 OUT="$ROOT/build-fuzz"
@@ -47,6 +47,7 @@ sources_of() {
     safetensors) echo model/safetensors.cpp common/json.cpp common/files.cpp ;;
     hf_config) echo model/hf_config.cpp model/rope_scaling.cpp common/json.cpp common/files.cpp ;;
     tokenizer) echo model/tokenizer.cpp common/json.cpp common/files.cpp ;;
+    chat_template) echo model/chat_template.cpp model/tokenizer.cpp common/json.cpp common/files.cpp ;;
     manifest)
       echo shardcast/manifest.cpp common/json.cpp common/files.cpp common/identity.cpp \
         common/hashing.cpp common/sha256_ni.cpp ;;
@@ -74,7 +75,7 @@ sources_of() {
 libs_of() {
   case "$1" in
     rollout_reader) pkg-config --libs thrift libzstd libsodium ;;
-    tokenizer) pkg-config --libs libpcre2-8 icu-uc ;;
+    tokenizer | chat_template) pkg-config --libs libpcre2-8 icu-uc ;;
     manifest) pkg-config --libs libsodium ;;
     delta) pkg-config --libs libsodium libzstd ;;
     verifiers) pkg-config --libs ginac libseccomp ;;

@@ -1,7 +1,7 @@
 #include "model/chat_template.h"
 
 #include <ctime>
-#include <regex>
+#include <optional>
 #include <string_view>
 
 #include "common/error.h"
@@ -103,6 +103,33 @@ std::string find_default_system(const std::string& source) {
   return "";
 }
 
+bool is_jinja_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+size_t skip_spaces(std::string_view s, size_t at) {
+  while (at < s.size() && is_jinja_space(s[at])) ++at;
+  return at;
+}
+
+// The literal of Llama-3.1's `{%- set date_string = "26 Jul 2024" %}`: the first `set`, spaces,
+// `date_string`, `=` and a quoted string, read by hand. (std::regex recursed once per character
+// of the literal and overflowed the stack on a template with a literal of 100 KB.)
+std::optional<std::string> find_date_string(std::string_view source) {
+  constexpr std::string_view kSet = "set", kName = "date_string";
+  for (size_t at = source.find(kSet); at != std::string_view::npos;
+       at = source.find(kSet, at + 1)) {
+    size_t i = skip_spaces(source, at + kSet.size());
+    if (i == at + kSet.size() || source.substr(i, kName.size()) != kName) continue;
+    i = skip_spaces(source, i + kName.size());
+    if (i == source.size() || source[i] != '=') continue;
+    i = skip_spaces(source, i + 1);
+    if (i == source.size() || (source[i] != '"' && source[i] != '\'')) continue;
+    const size_t end = source.find_first_of("\"'", i + 1);
+    if (end == std::string_view::npos) return std::nullopt;  // no later match can close either
+    return std::string(source.substr(i + 1, end - i - 1));
+  }
+  return std::nullopt;
+}
+
 void check_roles(std::span<const ChatMessage> messages) {
   if (messages.empty()) throw Error("there are no messages", "chat messages");
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -140,9 +167,7 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const std::str
     t.format_ = Format::kLlama3;
     t.knowledge_header_ = contains(source, "Cutting Knowledge Date");
     t.date_is_today_ = contains(source, "strftime_now");
-    static const std::regex date(R"re(set\s+date_string\s*=\s*["']([^"']*)["'])re");
-    std::smatch m;
-    t.date_string_ = std::regex_search(source, m, date) ? m[1].str() : "26 Jul 2024";
+    t.date_string_ = find_date_string(source).value_or("26 Jul 2024");
   } else {
     throw Error(
         "the chat template is in an unsupported format (supported: ChatML with "

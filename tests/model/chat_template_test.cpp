@@ -144,6 +144,28 @@ TEST(ChatTemplate, Llama31AlwaysOpensWithTheSystemHeader) {
             "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>");
 }
 
+// A template's date literal of any length is read in one pass: a 1 MB literal (the tokenizer files
+// may hold 256 MiB) overflowed the stack of whoever loaded the model while std::regex read it.
+TEST(ChatTemplate, ADateLiteralOfAnyLengthIsReadWithoutOverflowingTheStack) {
+  const std::string header = "{{- bos_token }}<|start_header_id|><|eot_id|>Cutting Knowledge Date";
+  const std::string date(1 << 20, 'x');
+  for (const char* quote : {"\"", "'"}) {
+    auto t = ChatTemplate::from_source(
+        header + "{%- set  date_string\t=\n " + quote + date + quote + " %}", "", "long");
+    EXPECT_NE(t.render(Messages{{"user", "hi"}}).find("Today Date: " + date + "\n"),
+              std::string::npos);
+  }
+  // Never closed: the template's default date, as when the template sets none.
+  auto t = ChatTemplate::from_source(header + "{% set date_string = \"" + date, "", "unclosed");
+  EXPECT_NE(t.render(Messages{{"user", "hi"}}).find("Today Date: 26 Jul 2024\n"),
+            std::string::npos);
+  // What is not the assignment is passed over: `set` without a space, another name, no `=`.
+  t = ChatTemplate::from_source(header + "{% setdate_string = 'a' %}{% set date_strings = 'b' %}" +
+                                    "{% set date_string 'c' %}{% set date_string = 'd' %}",
+                                "", "near misses");
+  EXPECT_NE(t.render(Messages{{"user", "hi"}}).find("Today Date: d\n"), std::string::npos);
+}
+
 TEST(ChatTemplate, UnsupportedTemplatesAndBadMessagesAreErrors) {
   auto e = error_of([] { ChatTemplate::from_source("", "", "models/x"); });
   EXPECT_NE(e.find("no chat template"), std::string::npos) << e;
