@@ -51,9 +51,7 @@ Transformer::Transformer(const HfConfig& config, const Compute& compute)
   }
   final_norm_ = parameter("model.norm.weight");
   lm_head_ = config.tie_word_embeddings ? embed_ : parameter("lm_head.weight");
-
-  rope_ = rope_tables(config, std::min(config.max_position_embeddings, kInitialRopePositions),
-                      compute.device);
+  rope_through(0);
 }
 
 torch::Tensor Transformer::add_param(const std::string& name, std::vector<int64_t> shape) {
@@ -333,10 +331,10 @@ const RopeTables& Transformer::rope_through(int64_t max_position) {
   if (max_position >= limit) {
     throw Error(fmt::format("position {} exceeds max_position_embeddings {}", max_position, limit));
   }
-  const int64_t rows = rope_.cos.size(0);
+  const int64_t rows = rope_.cos.defined() ? rope_.cos.size(0) : 0;
   if (max_position >= rows) {
     // Doubling: a long generation rebuilds the tables a logarithmic number of times.
-    int64_t grown = rows;
+    int64_t grown = std::max(rows, kInitialRopePositions);
     while (grown <= max_position) grown *= 2;
     rope_ = rope_tables(config_, std::min(grown, limit), compute_.device);
   }
