@@ -7,6 +7,9 @@
 # transformers.
 #
 # Usage: scripts/gpu_checks.sh [OUT_DIR]   (default: $OUT, else gpu-results/)
+#        GPU_CHECKS_ONLY=REGEX runs only the steps whose name matches (the build and the models
+#        always run), e.g. GPU_CHECKS_ONLY='decode|train' to re-measure after a change
+#        ('build-tests|test-paged' for a test step: the test binaries build in their own step).
 # Writes OUT_DIR/gpu_checks.log (every step's output) and OUT_DIR/summary.txt (one line a step).
 #
 # Build: with .gpu/build.sh and .gpu/debs in the checkout (../shared/device/README.md; fetch the
@@ -29,12 +32,14 @@ cd "$ROOT" || exit 1
 # The whole script stops starting steps after this many seconds, so that it ends inside a
 # 10-minute call with what it measured (GPU_CHECKS_SECONDS overrides).
 DEADLINE=${GPU_CHECKS_SECONDS:-570}
+ONLY=${GPU_CHECKS_ONLY:-.}
 
 # step NAME SECONDS COMMAND...: runs COMMAND under a time limit (cut to what is left before the
 # deadline), its output into the log.
 step() {
   local name=$1 limit=$2
   shift 2
+  [[ $name =~ ^(build|models)$ || $name =~ $ONLY ]] || return 0
   local left=$((DEADLINE - SECONDS))
   if [ $left -lt 15 ]; then
     printf '%-28s %-22s\n' "$name" "SKIPPED (no time left)" | tee -a "$SUMMARY"
@@ -43,7 +48,8 @@ step() {
   [ "$limit" -gt $left ] && limit=$left
   local t0=$SECONDS
   echo "===== $name: $*" >>"$LOG"
-  timeout "$limit" "$@" >>"$LOG" 2>&1
+  # Line-buffered, so a step cut off by its limit still leaves what it printed.
+  timeout "$limit" stdbuf -oL -eL "$@" >>"$LOG" 2>&1
   local rc=$?
   local verdict=ok
   [ $rc -eq 124 ] && verdict="TIMEOUT after ${limit} s"
@@ -59,13 +65,18 @@ step() {
   git -C "$ROOT" log -1 --oneline 2>/dev/null
 } >>"$LOG" 2>&1
 
-targets=(trellis rl_tests engine_tests validator_tests)
+# The binary first, then the test binaries: a test that does not build still leaves the figures.
+# `-k 0` reports every compile error of a failed build at once.
 if [ -f .gpu/build.sh ] && [ -d .gpu/debs ]; then
-  step build 300 bash .gpu/build.sh .gpu/debs . build-cuda "${targets[@]}" || exit 1
+  build=(bash .gpu/build.sh .gpu/debs . build-cuda)
+  keep_going=(-- -k 0)
   export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 else
-  step build 300 scripts/build_cuda.sh "${targets[@]}" || exit 1
+  build=(scripts/build_cuda.sh)
+  keep_going=()
 fi
+step build 300 "${build[@]}" trellis "${keep_going[@]}" || exit 1
+export PYTHONUNBUFFERED=1
 
 # The models: the small preset, and random weights of Qwen2-0.5B's shape (the issue's targets).
 step models 120 bash -c "'$BIN' model init --preset small --out '$WORK/small' &&
@@ -80,23 +91,27 @@ for b in 64 1; do
     --prompt-len 128 --max-tokens 128
 done
 
-# The CUDA tests: the fused AdamW against the CPU's, the paged attention and batched sampling,
-# and a CUDA worker's rollouts against a CPU validator and the reverse.
-step test-optimizer 60 "$T/rl/rl_tests" --gtest_filter='Optimizer.*'
-step test-paged 90 "$T/engine/engine_tests" --gtest_filter='*Paged*:*BatchSampler*'
-step test-cross-device 120 "$T/validator/validator_tests" \
-  --gtest_filter='Calibration.ACudaWorkerPassesACpuValidatorAndTheReverse'
-step hf-logprobs 120 python3 scripts/check_hf_logprobs.py "$BIN" --device cuda
-
-# Training: full RL steps with and without recomputing layers (MFU against the same-run matmul).
+# Training: full RL steps (MFU against the same-run matmul); recomputing layers comes last.
 step train 120 "$BIN" bench train --model "$WORK/q05" --device cuda --dtype bf16
-step train-checkpointing 120 "$BIN" bench train --model "$WORK/q05" --device cuda --dtype bf16 \
-  --activation-checkpointing
 
 # Calibration across devices: CUDA workers checked on the CPU and the reverse, on the small model.
 step validate-cross-device 240 "$BIN" bench validate --model "$WORK/small" \
   examples/quickstart.toml --set rl.max_tokens=128 --device cuda --devices cpu,cuda \
   --only "b8 t1" --completions 16
+
+# Trellis's fp32 log-probs against transformers' on the GPU, every architecture and rope_scaling.
+step hf-logprobs 120 python3 scripts/check_hf_logprobs.py "$BIN" --device cuda
+
+step build-tests 240 "${build[@]}" rl_tests engine_tests validator_tests "${keep_going[@]}"
+# The CUDA tests: the fused AdamW against the CPU's, the paged attention and batched sampling,
+# and a CUDA worker's rollouts against a CPU validator and the reverse.
+step test-optimizer 60 "$T/rl/rl_tests" --gtest_filter='Optimizer.*'
+step test-paged 90 "$T/engine/engine_tests" --gtest_filter='*Paged*:*BatchSampler*'
+step test-cross-device 120 "$T/validator/validator_tests" \
+  --gtest_filter='Calibration.ACudaWorkerPassesACpuValidatorAndTheReverse:Calibration.NoisyWeights*'
+
+step train-checkpointing 120 "$BIN" bench train --model "$WORK/q05" --device cuda --dtype bf16 \
+  --activation-checkpointing
 
 rm -rf "$WORK"
 echo "log: $LOG" >>"$SUMMARY"

@@ -1,5 +1,7 @@
 #include "rl/optimizer.h"
 
+#include <torch/version.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -13,6 +15,16 @@
 namespace trellis::rl {
 namespace fs = std::filesystem;
 namespace {
+
+// The key libtorch's optimizers file a parameter's state under: its TensorImpl's address, as a
+// string before PyTorch 2 and as the pointer itself since.
+auto adamw_state_key(const torch::Tensor& parameter) {
+#if TORCH_VERSION_MAJOR >= 2
+  return static_cast<void*>(parameter.unsafeGetTensorImpl());
+#else
+  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
+#endif
+}
 
 const char* const kFormat = "trellis-sharded-adamw";
 
@@ -247,7 +259,7 @@ void Optimizer::load_moments(const fs::path& dir, torch::Tensor& m, torch::Tenso
     }
     adam_steps = 0;
     for (size_t i = 0; i < params.size(); ++i) {
-      const auto it = adamw.state().find(c10::guts::to_string(params[i].unsafeGetTensorImpl()));
+      const auto it = adamw.state().find(adamw_state_key(params[i]));
       if (it == adamw.state().end()) continue;
       const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
       m.narrow(0, offsets_[i], params[i].numel()).copy_(st.exp_avg().reshape({-1}));

@@ -6,6 +6,7 @@
 // changes speed, never the result.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 

@@ -319,7 +319,8 @@ void add_relative_noise(model::Transformer& model, double relative, uint64_t see
   for (const auto& [name, p] : model.named_parameters()) {
     const double rms = p.to(torch::kFloat64).pow(2).mean().sqrt().item<double>();
     if (rms == 0) continue;
-    p.add_(at::normal(0.0, relative * rms, p.sizes(), gen).to(p.dtype()));
+    // Drawn on the CPU, so the noise is the same whatever device holds the model.
+    p.add_(at::normal(0.0, relative * rms, p.sizes(), gen).to(p.device(), p.scalar_type()));
   }
 }
 

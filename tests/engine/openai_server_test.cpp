@@ -420,8 +420,9 @@ TEST_F(OpenAIServerTest, StreamedDeltasAddUpToTheResponse) {
     ASSERT_EQ(text.size(), 2u) << path;
     for (int i = 0; i < 2; ++i) {
       const Json& c = whole.json["choices"][i];
-      EXPECT_EQ(text[i], is_chat ? c["message"]["content"] : c["text"]) << path << " choice " << i;
-      EXPECT_EQ(finish[i], c["finish_reason"]) << path;
+      const Json& whole_text = is_chat ? c["message"]["content"] : c["text"];
+      EXPECT_EQ(text[i], whole_text.get<std::string>()) << path << " choice " << i;
+      EXPECT_EQ(finish[i], c["finish_reason"].get<std::string>()) << path;
       EXPECT_EQ(logprob_tokens[i],
                 is_chat ? c["logprobs"]["content"].size() : c["logprobs"]["tokens"].size());
     }
@@ -470,7 +471,7 @@ TEST_F(OpenAIServerTest, StopStringsCutTheText) {
       finish = chunk["choices"][0]["finish_reason"];
   }
   EXPECT_TRUE(done);
-  EXPECT_EQ(text, c["text"]);
+  EXPECT_EQ(text, c["text"].get<std::string>());
   EXPECT_EQ(finish, "stop");
 }
 

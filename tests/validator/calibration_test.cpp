@@ -233,6 +233,23 @@ TEST_F(Calibration, ACudaWorkerPassesACpuValidatorAndTheReverse) {
   EXPECT_EQ(cuda_workers, static_cast<int64_t>(report.cross_device.size() / 2));
 }
 
+// The dishonest weights of `bench validate --device cuda`: the same noise as on the CPU (found on
+// an H200, where the noise drawn on the CPU was added to CUDA weights and the run stopped).
+TEST_F(Calibration, NoisyWeightsAreTheSameOnEveryDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto cpu = model::load_transformer(dir_, {torch::kCPU, torch::kFloat32});
+  auto gpu = model::load_transformer(dir_, {torch::Device(torch::kCUDA, 0), torch::kFloat32});
+  add_relative_noise(*cpu, 0.01, 3);
+  add_relative_noise(*gpu, 0.01, 3);
+  // Each tensor's scale (its RMS) is summed on its device, so the two may round apart.
+  const auto& on_cpu = cpu->named_parameters();
+  const auto& on_gpu = gpu->named_parameters();
+  ASSERT_EQ(on_cpu.size(), on_gpu.size());
+  for (size_t i = 0; i < on_cpu.size(); ++i)
+    EXPECT_TRUE(torch::allclose(on_gpu[i].second.cpu(), on_cpu[i].second, 1e-6, 0))
+        << on_cpu[i].first;
+}
+
 TEST(Fp8E4m3, RoundsToThreeMantissaBitsWithinRange) {
   const auto x = torch::tensor({0.0, 1.0, 1.0625, 1.1875, 0.3, -0.3, 448.0, 470.0, 1e6, -1e6,
                                 0.015625, 0.001953125, 0.0009, 0.003},
