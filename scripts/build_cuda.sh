@@ -32,7 +32,7 @@ echo "build_cuda: torch $(python3 -c 'import torch; print(torch.__version__)'), 
 # shellcheck disable=SC2086  # CMAKE_ARGS is a list of arguments
 cmake -S "$ROOT" -B "$ROOT/build-cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc" \
-  -DCUDAToolkit_ROOT="$CUDA_HOME" ${CMAKE_ARGS:-}
+  -DCUDAToolkit_ROOT="$CUDA_HOME" -DTRELLIS_CUDA_KERNELS=ON ${CMAKE_ARGS:-}
 targets=()
 for t in "$@"; do targets+=(--target "$t"); done
 cmake --build "$ROOT/build-cuda" -j "$(nproc)" "${targets[@]}"

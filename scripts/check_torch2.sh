@@ -5,7 +5,9 @@
 # caught two of the first GPU build's three errors. About 15 min on 2 cores; not part of CI.
 # Usage: scripts/check_torch2.sh [REGEX]   (only the sources whose path matches REGEX)
 # Needs build/ configured (scripts/build.sh) and Debian's registry; the headers are kept in
-# build/torch2/.
+# build/torch2/. Where the CUDA toolkit is (CUDA_HOME, default /usr/local/cuda), the model's
+# sources are checked a second time as the CUDA build compiles them (-DTRELLIS_CUDA_KERNELS), and
+# nvcc compiles the kernels in src/model/cuda.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD=${BUILD_DIR:-$ROOT/build}
@@ -21,9 +23,23 @@ if [ ! -d "$T/usr/include/torch" ]; then
   (cd "$T/debs" && apt-get "${apt[@]}" download libtorch-dev 2>&1 | grep -v unsandboxed || true)
   dpkg -x "$T"/debs/libtorch-dev_*.deb "$T"
 fi
-python3 - "$BUILD/compile_commands.json" "$T/usr/include" "${1:-.}" <<'PY'
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+cuda_include=
+if [ -x "$CUDA_HOME/bin/nvcc" ]; then
+  cuda_include=$CUDA_HOME/include
+  # Debian's CPU libtorch lacks the header CMake generates for a CUDA build of c10.
+  mkdir -p "$T/cuda_stub/c10/cuda/impl"
+  echo "#define C10_CUDA_BUILD_SHARED_LIBS" >"$T/cuda_stub/c10/cuda/impl/cuda_cmake_macros.h"
+  for cu in "$ROOT"/src/model/cuda/*.cu; do
+    [[ $cu =~ ${1:-.} ]] || continue
+    "$CUDA_HOME/bin/nvcc" -std=c++17 -arch=sm_90 -I"$ROOT/src" -c "$cu" -o /dev/null ||
+      { echo "FAILED $cu (nvcc)"; exit 1; }
+  done
+fi
+python3 - "$BUILD/compile_commands.json" "$T/usr/include" "${1:-.}" "$cuda_include" "$T/cuda_stub" <<'PY'
 import concurrent.futures, json, os, re, shlex, subprocess, sys
 commands, include, pattern = sys.argv[1], sys.argv[2], re.compile(sys.argv[3])
+cuda_include, cuda_stub = sys.argv[4], sys.argv[5]
 jobs = []
 for entry in json.load(open(commands)):
     args = shlex.split(entry["command"])
@@ -42,7 +58,11 @@ for entry in json.load(open(commands)):
         elif a not in ("-c", "-MD", "-Winvalid-pch"):
             out.append(a)
     jobs.append((entry["file"], out + ["-fsyntax-only", "-w"], entry["directory"]))
-print(f"check_torch2: {len(jobs)} sources against {include}", flush=True)
+    if cuda_include and "/src/model/" in entry["file"]:
+        jobs.append((entry["file"] + " (TRELLIS_CUDA_KERNELS)",
+                     out + ["-fsyntax-only", "-w", "-DTRELLIS_CUDA_KERNELS", "-isystem", cuda_stub,
+                            "-isystem", cuda_include], entry["directory"]))
+print(f"check_torch2: {len(jobs)} compiles against {include}", flush=True)
 def check(job):
     source, argv, cwd = job
     return source, subprocess.run(argv, cwd=cwd, capture_output=True, text=True)

@@ -68,6 +68,7 @@ step() {
 # The binary first, then the test binaries: a test that does not build still leaves the figures.
 # `-k 0` reports every compile error of a failed build at once.
 if [ -f .gpu/build.sh ] && [ -d .gpu/debs ]; then
+  export CMAKE_ARGS="-DTRELLIS_CUDA_KERNELS=ON ${CMAKE_ARGS:-}"  # build_cuda.sh sets it itself
   build=(bash .gpu/build.sh .gpu/debs . build-cuda)
   keep_going=(-- -k 0)
   export LD_LIBRARY_PATH=/opt/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -103,8 +104,9 @@ step validate-cross-device 240 "$BIN" bench validate --model "$WORK/small" \
 step hf-logprobs 120 python3 scripts/check_hf_logprobs.py "$BIN" --device cuda
 
 step build-tests 240 "${build[@]}" rl_tests engine_tests validator_tests "${keep_going[@]}"
-# The CUDA tests: the fused AdamW against the CPU's, the paged attention and batched sampling,
-# and a CUDA worker's rollouts against a CPU validator and the reverse.
+# The CUDA tests: the fused AdamW against the CPU's, paged attention on CUDA (the decode kernel)
+# against the CPU's, batched sampling, and a CUDA worker's rollouts against a CPU validator and
+# the reverse.
 step test-optimizer 60 "$T/rl/rl_tests" --gtest_filter='Optimizer.*'
 step test-paged 90 "$T/engine/engine_tests" --gtest_filter='*Paged*:*BatchSampler*'
 step test-cross-device 120 "$T/validator/validator_tests" \

@@ -14,6 +14,13 @@
 #include "model/fused_ops.h"
 #include "model/vec_math.h"
 
+#ifdef TRELLIS_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "model/cuda/paged_decode.h"
+#endif
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define TRELLIS_HAVE_AVX512_PATH 1
@@ -617,31 +624,39 @@ struct Plan {
     Index keys, values;  // its sequence's slots of positions 0 .. q_offset + count - 1
   };
   std::vector<Run> runs;
-  // Decode tokens (runs of one) of one padded, masked batch.
+  // Decode tokens (runs of one) of one padded, masked batch; with the CUDA decode kernel, all of
+  // them in one chunk that the kernel reads through the block tables.
+  bool decode_kernel = false;
   struct DecodeChunk {
-    torch::Tensor rows;    // int64 [D]: the tokens
-    Index keys, values;    // the slots of positions 0 .. length - 1 of each token's sequence
-    torch::Tensor future;  // bool [D, length]: the positions past each token's own
+    torch::Tensor rows;      // int64 [D]: the tokens
+    Index keys{}, values{};  // the slots of positions 0 .. length - 1 of each token's sequence
+    torch::Tensor future{};  // bool [D, length]: the positions past each token's own
+    torch::Tensor positions{}, sequences{};  // the kernel's: int64 [D], each token's position
+                                             // and row of the block tables
   };
   std::vector<DecodeChunk> decode;
+  torch::Tensor tables;  // int32 [S, max_blocks]: the block tables on the device
   torch::Tensor row_of;  // int64 [T]: each token's row in the parts' concatenation; undefined
                          // when the parts are already in token order
 };
 
 std::shared_ptr<const Plan> make_plan(const PagedBatch& batch, torch::Device dev, bool bf16,
-                                      int64_t kv_elements, int64_t decode_chunk_elements) {
+                                      int64_t kv_elements, int64_t decode_chunk_elements,
+                                      bool decode_kernel) {
   auto plan = std::make_shared<Plan>();
   plan->device = dev;
   plan->bf16 = bf16;
   plan->kv_elements = kv_elements;
   plan->decode_chunk_elements = decode_chunk_elements;
+  plan->decode_kernel = decode_kernel;
   const auto slots = batch.slots.to(dev, torch::kInt64);
   plan->write_keys = key_index(slots);
   plan->write_values = value_index(slots, bf16);
 
   auto positions = batch.positions.to(torch::kCPU, torch::kInt64).contiguous();
   auto token_seq = batch.token_seq.to(torch::kCPU, torch::kInt64).contiguous();
-  auto tables = batch.block_tables.to(dev);
+  auto tables = batch.block_tables.to(dev, torch::kInt32).contiguous();
+  plan->tables = tables;
   const int64_t T = positions.numel();
   const int64_t* pos = positions.data_ptr<int64_t>();
   const int64_t* seq = token_seq.data_ptr<int64_t>();
@@ -659,6 +674,14 @@ std::shared_ptr<const Plan> make_plan(const PagedBatch& batch, torch::Device dev
   }
   std::stable_sort(decode.begin(), decode.end(),
                    [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
+  if (decode_kernel && !decode.empty()) {
+    const auto rows = torch::tensor(decode, torch::kInt64);
+    plan->decode.push_back({.rows = rows.to(dev),
+                            .positions = positions.index_select(0, rows).to(dev),
+                            .sequences = token_seq.index_select(0, rows).to(dev)});
+    order.insert(order.end(), decode.begin(), decode.end());
+    decode.clear();
+  }
   for (size_t i = 0; i < decode.size();) {
     size_t j = i + 1;
     while (j < decode.size() &&
@@ -704,6 +727,50 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& keys
   return torch::matmul(probs, vals.permute({0, 2, 1, 3})).reshape({D, H * hd});
 }
 
+#ifdef TRELLIS_CUDA_KERNELS
+static_assert(kBlockSize == 16, "cuda/paged_decode.cu reads blocks of 16 tokens");
+
+// Whether the CUDA decode kernel serves these queries and caches.
+bool decode_kernel_serves(const torch::Tensor& q, const torch::Tensor& key_cache,
+                          const torch::Tensor& value_cache) {
+  return q.is_cuda() &&
+         (q.scalar_type() == torch::kFloat32 || q.scalar_type() == torch::kBFloat16) &&
+         key_cache.is_contiguous() && value_cache.is_contiguous() &&
+         cuda::paged_decode_serves(q.size(2));
+}
+
+// The decode tokens `chunk` of q [T, H, hd] through the kernel: [D, H * hd].
+torch::Tensor kernel_decode(const torch::Tensor& q, const torch::Tensor& key_cache,
+                            const torch::Tensor& value_cache, const Plan& plan,
+                            const Plan::DecodeChunk& chunk) {
+  const c10::cuda::CUDAGuard on_the_device(q.device());  // the launch goes to the current one
+  const auto queries = q.index_select(0, chunk.rows).contiguous();
+  auto out = torch::empty({queries.size(0), queries.size(1) * queries.size(2)}, queries.options());
+  cuda::PagedDecodeArgs a;
+  a.q = queries.data_ptr();
+  a.key_cache = key_cache.data_ptr();
+  a.value_cache = value_cache.data_ptr();
+  a.out = out.data_ptr();
+  a.positions = chunk.positions.data_ptr<int64_t>();
+  a.sequences = chunk.sequences.data_ptr<int64_t>();
+  a.block_tables = plan.tables.data_ptr<int32_t>();
+  a.max_blocks = plan.tables.size(1);
+  a.tokens = queries.size(0);
+  a.heads = queries.size(1);
+  a.kv_heads = key_cache.size(1);
+  a.head_dim = queries.size(2);
+  a.bf16 = plan.bf16;
+  a.stream = c10::cuda::getCurrentCUDAStream().stream();
+  const char* error = cuda::paged_decode(a);
+  TORCH_CHECK(error == nullptr, "paged_attention: the CUDA decode kernel failed: ", error);
+  return out;
+}
+#else
+bool decode_kernel_serves(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
+  return false;
+}
+#endif
+
 torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_cache,
                               const torch::Tensor& value_cache, const PagedBatch& batch,
@@ -711,10 +778,12 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
   check_args(q, k, key_cache, batch);
   const int64_t T = q.size(0), KV = k.size(1), hd = k.size(2);
   auto views = token_views(key_cache, value_cache);
+  const bool decode_kernel = decode_kernel_serves(q, key_cache, value_cache);
   auto& plan = batch.composed_plan;
   if (!plan || plan->device != q.device() || plan->bf16 != views.bf16 ||
-      plan->kv_elements != KV * hd || plan->decode_chunk_elements != decode_chunk_elements) {
-    plan = make_plan(batch, q.device(), views.bf16, KV * hd, decode_chunk_elements);
+      plan->kv_elements != KV * hd || plan->decode_chunk_elements != decode_chunk_elements ||
+      plan->decode_kernel != decode_kernel) {
+    plan = make_plan(batch, q.device(), views.bf16, KV * hd, decode_chunk_elements, decode_kernel);
   }
   views.keys.index_put_(plan->write_keys, views.bf16 ? k.reshape({T, KV, hd / 2, 2}) : k);
   views.values.index_put_(plan->write_values, v);
@@ -729,6 +798,12 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
             .squeeze(0));
   }
   for (const auto& chunk : plan->decode) {
+#ifdef TRELLIS_CUDA_KERNELS
+    if (plan->decode_kernel) {
+      parts.push_back(kernel_decode(q, key_cache, value_cache, *plan, chunk));
+      continue;
+    }
+#endif
     auto [keys, vals] = views.gather(chunk.keys, chunk.values);  // [D, L, KV, hd]
     parts.push_back(decode_attention(q.index_select(0, chunk.rows), keys, vals, chunk.future));
   }

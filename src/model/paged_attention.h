@@ -58,7 +58,10 @@ namespace composed {
 // accelerators): each prefill chunk gathers its sequence's keys and runs the model's composed
 // attention; the decode tokens of all sequences go through a padded, masked batch (a fixed
 // number of kernels however many sequences decode). Decode tokens are sorted by length into chunks
-// of at most decode_chunk_elements gathered key elements, which bounds the padded copies.
+// of at most decode_chunk_elements gathered key elements, which bounds the padded copies. In a
+// build with TRELLIS_CUDA_KERNELS, the decode tokens of CUDA queries (fp32 or bf16, head size 32,
+// 64 or 128) go instead through one kernel that reads the cache where it lies
+// (cuda/paged_decode.h).
 constexpr int64_t kDecodeChunkElements = int64_t{1} << 26;
 torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, const torch::Tensor& key_cache,
