@@ -84,6 +84,11 @@ step models 120 bash -c "'$BIN' model init --preset small --out '$WORK/small' &&
   '$BIN' model init --arch qwen2 --preset tiny --out '$WORK/q05' &&
   python3 scripts/hf_peer.py shape '$WORK/q05'"
 
+# The tests first: paged attention on CUDA (the decode kernel) against the CPU's, and batched
+# sampling, before any figure of the decode is taken.
+step build-tests 240 "${build[@]}" rl_tests engine_tests validator_tests "${keep_going[@]}"
+step test-paged 90 "$T/engine/engine_tests" --gtest_filter='*Paged*:*BatchSampler*'
+
 # Decode, batch 64 and 1, 128 + 128 tokens: Trellis, then transformers on the same files.
 for b in 64 1; do
   step "decode-b$b" 90 "$BIN" bench generate --model "$WORK/q05" --batch $b --prompt-len 128 \
@@ -103,12 +108,9 @@ step validate-cross-device 240 "$BIN" bench validate --model "$WORK/small" \
 # Trellis's fp32 log-probs against transformers' on the GPU, every architecture and rope_scaling.
 step hf-logprobs 120 python3 scripts/check_hf_logprobs.py "$BIN" --device cuda
 
-step build-tests 240 "${build[@]}" rl_tests engine_tests validator_tests "${keep_going[@]}"
-# The CUDA tests: the fused AdamW against the CPU's, paged attention on CUDA (the decode kernel)
-# against the CPU's, batched sampling, and a CUDA worker's rollouts against a CPU validator and
-# the reverse.
+# The other CUDA tests: the fused AdamW against the CPU's, and a CUDA worker's rollouts against a
+# CPU validator and the reverse.
 step test-optimizer 60 "$T/rl/rl_tests" --gtest_filter='Optimizer.*'
-step test-paged 90 "$T/engine/engine_tests" --gtest_filter='*Paged*:*BatchSampler*'
 step test-cross-device 120 "$T/validator/validator_tests" \
   --gtest_filter='Calibration.ACudaWorkerPassesACpuValidatorAndTheReverse:Calibration.NoisyWeights*'
 
