@@ -672,9 +672,9 @@ std::shared_ptr<const Plan> make_plan(const PagedBatch& batch, torch::Device dev
     plan->runs.push_back({t, e - t, pos[t], key_index(run_slots), value_index(run_slots, bf16)});
     for (; t < e; ++t) order.push_back(t);
   }
-  std::stable_sort(decode.begin(), decode.end(),
-                   [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
   if (decode_kernel && !decode.empty()) {
+    // In token order: the kernel takes any lengths at once, and a step of decodes alone then
+    // needs no reordering of its queries or of the output.
     const auto rows = torch::tensor(decode, torch::kInt64);
     plan->decode.push_back({.rows = rows.to(dev),
                             .positions = positions.index_select(0, rows).to(dev),
@@ -682,6 +682,8 @@ std::shared_ptr<const Plan> make_plan(const PagedBatch& batch, torch::Device dev
     order.insert(order.end(), decode.begin(), decode.end());
     decode.clear();
   }
+  std::stable_sort(decode.begin(), decode.end(),
+                   [&](int64_t a, int64_t b) { return pos[a] < pos[b]; });
   for (size_t i = 0; i < decode.size();) {
     size_t j = i + 1;
     while (j < decode.size() &&
@@ -744,7 +746,9 @@ torch::Tensor kernel_decode(const torch::Tensor& q, const torch::Tensor& key_cac
                             const torch::Tensor& value_cache, const Plan& plan,
                             const Plan::DecodeChunk& chunk) {
   const c10::cuda::CUDAGuard on_the_device(q.device());  // the launch goes to the current one
-  const auto queries = q.index_select(0, chunk.rows).contiguous();
+  // Every token a decode (a step without prefill): the rows are all of q, in order.
+  const bool all = chunk.rows.numel() == q.size(0);
+  const auto queries = (all ? q : q.index_select(0, chunk.rows)).contiguous();
   auto out = torch::empty({queries.size(0), queries.size(1) * queries.size(2)}, queries.options());
   cuda::PagedDecodeArgs a;
   a.q = queries.data_ptr();

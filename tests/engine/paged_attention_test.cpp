@@ -29,6 +29,33 @@ struct Case {
 
 class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
 
+// Block tables [S, max_blocks] of blocks drawn in turn from a shuffled pool of num_blocks.
+torch::Tensor shuffled_tables(int64_t S, int64_t max_blocks, int64_t num_blocks, unsigned seed) {
+  std::vector<int32_t> pool(num_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
+  auto tables = torch::zeros({S, max_blocks}, torch::kInt32);
+  for (int64_t s = 0, next = 0; s < S; ++s)
+    for (int64_t b = 0; b < max_blocks; ++b) tables[s][b] = pool[next++];
+  return tables;
+}
+
+// The batch of a step that feeds counts[s] tokens of each sequence s after its cached ones
+// (which it advances).
+PagedBatch next_step(const torch::Tensor& tables, std::vector<int64_t>& cached,
+                     const std::vector<int64_t>& counts) {
+  std::vector<int64_t> slots, positions, seqs;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    for (int64_t j = cached[s]; j < cached[s] + counts[s]; ++j) {
+      slots.push_back(tables[s][j / kBlockSize].item<int32_t>() * kBlockSize + j % kBlockSize);
+      positions.push_back(j);
+      seqs.push_back(static_cast<int64_t>(s));
+    }
+    cached[s] += counts[s];
+  }
+  return {torch::tensor(slots), torch::tensor(positions), torch::tensor(seqs), tables};
+}
+
 TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
   const auto [dtype, hd, tol] = GetParam();
   const int64_t H = 8, KV = 2, num_blocks = 64;
@@ -40,13 +67,8 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
   auto kc_b = kc_a.clone(), vc_b = vc_a.clone(), kc_c = kc_a.clone(), vc_c = vc_a.clone();
 
   // Four sequences with blocks drawn from a shuffled pool.
-  std::vector<int32_t> pool(num_blocks);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(7));
-  const int64_t S = 4, max_blocks = 6;
-  auto tables = torch::zeros({S, max_blocks}, torch::kInt32);
-  for (int64_t s = 0, next = 0; s < S; ++s)
-    for (int64_t b = 0; b < max_blocks; ++b) tables[s][b] = pool[next++];
+  const int64_t S = 4;
+  const auto tables = shuffled_tables(S, /*max_blocks=*/6, num_blocks, 7);
 
   // Step 1: prefill chunks of the prompts (sequence 0 only its first 20 of 37 tokens; sequence 3's
   // prompt is one token, a run of one beside the chunks).
@@ -55,16 +77,8 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
   std::vector<int64_t> cached(S, 0);
   const std::vector<std::vector<int64_t>> steps = {{20, 5, 16, 1}, {17, 1, 1, 1}, {1, 1, 1, 1}};
   for (const auto& counts : steps) {
-    std::vector<int64_t> slots, positions, seqs;
-    for (int64_t s = 0; s < S; ++s) {
-      for (int64_t j = cached[s]; j < cached[s] + counts[s]; ++j) {
-        slots.push_back(tables[s][j / kBlockSize].item<int32_t>() * kBlockSize + j % kBlockSize);
-        positions.push_back(j);
-        seqs.push_back(s);
-      }
-      cached[s] += counts[s];
-    }
-    const int64_t T = static_cast<int64_t>(slots.size());
+    PagedBatch batch = next_step(tables, cached, counts);
+    const int64_t T = batch.slots.numel();
     // Two layers' queries, keys and values on the same batch: the composed path makes its plan
     // of the batch on the first and must reuse it on the second (writing the same slots again).
     std::vector<torch::Tensor> q, k, v;
@@ -73,7 +87,6 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
       k.push_back(torch::randn({T, KV, hd}).to(dtype));
       v.push_back(torch::randn({T, KV, hd}).to(dtype));
     }
-    PagedBatch batch{torch::tensor(slots), torch::tensor(positions), torch::tensor(seqs), tables};
     const auto layers = [&](const auto& attention) {
       return std::vector<torch::Tensor>{attention(0), attention(1)};
     };
@@ -108,35 +121,21 @@ TEST_P(PagedAttentionTest, KernelMatchesComposedOverMixedSteps) {
 TEST_P(PagedAttentionTest, OnCudaMatchesTheCpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto [dtype, hd, tol] = GetParam();
-  const int64_t H = 8, KV = 2, num_blocks = 32, S = 4, max_blocks = 6;
+  const int64_t H = 8, KV = 2, num_blocks = 32, S = 4;
   const torch::Device gpu(torch::kCUDA, 0);
   torch::manual_seed(11);
   auto kc = torch::full({num_blocks, KV, hd, kBlockSize}, NAN, torch::TensorOptions(dtype)),
        vc = torch::full({num_blocks, KV, kBlockSize, hd}, NAN, torch::TensorOptions(dtype));
   auto kc_gpu = kc.to(gpu), vc_gpu = vc.to(gpu);
-  std::vector<int32_t> pool(num_blocks);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(13));
-  auto tables = torch::zeros({S, max_blocks}, torch::kInt32);
-  for (int64_t s = 0, next = 0; s < S; ++s)
-    for (int64_t b = 0; b < max_blocks; ++b) tables[s][b] = pool[next++];
+  const auto tables = shuffled_tables(S, /*max_blocks=*/6, num_blocks, 13);
   std::vector<int64_t> cached(S, 0);
   const std::vector<std::vector<int64_t>> steps = {{90, 33, 64, 1}, {1, 1, 1, 1}, {1, 1, 1, 1}};
   for (size_t step = 0; step < steps.size(); ++step) {
-    std::vector<int64_t> slots, positions, seqs;
-    for (int64_t s = 0; s < S; ++s) {
-      for (int64_t j = cached[s]; j < cached[s] + steps[step][s]; ++j) {
-        slots.push_back(tables[s][j / kBlockSize].item<int32_t>() * kBlockSize + j % kBlockSize);
-        positions.push_back(j);
-        seqs.push_back(s);
-      }
-      cached[s] += steps[step][s];
-    }
-    const int64_t T = static_cast<int64_t>(slots.size());
+    const PagedBatch on_cpu = next_step(tables, cached, steps[step]);
+    PagedBatch on_gpu = on_cpu;  // each device's own plan
+    const int64_t T = on_cpu.slots.numel();
     auto q = torch::randn({T, H, hd}).to(dtype), k = torch::randn({T, KV, hd}).to(dtype),
          v = torch::randn({T, KV, hd}).to(dtype);
-    PagedBatch on_cpu{torch::tensor(slots), torch::tensor(positions), torch::tensor(seqs), tables};
-    PagedBatch on_gpu = on_cpu;
     const auto want = paged_attention(q, k, v, kc, vc, on_cpu).to(torch::kFloat32);
     const auto got = paged_attention(q.to(gpu), k.to(gpu), v.to(gpu), kc_gpu, vc_gpu, on_gpu)
                          .cpu()
@@ -178,16 +177,10 @@ TEST_P(PagedAttentionTest, PackedSamplesGetTheDecodesBitsExactly) {
 
   auto kc = torch::full({num_blocks, KV, hd, kBlockSize}, NAN, q.options()),
        vc = torch::full({num_blocks, KV, kBlockSize, hd}, NAN, q.options());
-  std::vector<int32_t> pool(num_blocks);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(9));
-  const int64_t S = static_cast<int64_t>(lens.size()), max_blocks = 3;
-  auto tables = torch::zeros({S, max_blocks}, torch::kInt32);
+  const int64_t S = static_cast<int64_t>(lens.size());
+  const auto tables = shuffled_tables(S, /*max_blocks=*/3, num_blocks, 9);
   std::vector<int64_t> first(S);
-  for (int64_t s = 0, next = 0, start = 0; s < S; start += lens[s], ++s) {
-    first[s] = start;
-    for (int64_t b = 0; b < max_blocks; ++b) tables[s][b] = pool[next++];
-  }
+  for (int64_t s = 0, start = 0; s < S; start += lens[s], ++s) first[s] = start;
   // Decode step j feeds token j of every sequence that has one.
   auto decoded = torch::empty_like(packed);
   for (int64_t j = 0; j < lens[0]; ++j) {
