@@ -84,15 +84,20 @@ step models 120 bash -c "'$BIN' model init --preset small --out '$WORK/small' &&
   '$BIN' model init --arch qwen2 --preset tiny --out '$WORK/q05' &&
   python3 scripts/hf_peer.py shape '$WORK/q05'"
 
-# The tests first: paged attention on CUDA (the decode kernel) against the CPU's, and batched
-# sampling, before any figure of the decode is taken.
+# The tests first: paged attention on CUDA (the decode kernel) against the CPU's, batched
+# sampling, and decode steps replayed from CUDA graphs against op-by-op steps, before any figure
+# of the decode is taken.
 step build-tests 240 "${build[@]}" rl_tests engine_tests validator_tests "${keep_going[@]}"
-step test-paged 90 "$T/engine/engine_tests" --gtest_filter='*Paged*:*BatchSampler*'
+step test-paged 90 "$T/engine/engine_tests" \
+  --gtest_filter='*Paged*:*BatchSampler*:*DecodeGraphs*'
 
-# Decode, batch 64 and 1, 128 + 128 tokens: Trellis, then transformers on the same files.
+# Decode, batch 64 and 1, 128 + 128 tokens: Trellis (decode graphs, then op by op), then
+# transformers on the same files.
 for b in 64 1; do
   step "decode-b$b" 90 "$BIN" bench generate --model "$WORK/q05" --batch $b --prompt-len 128 \
     --max-tokens 128 --device cuda
+  step "decode-b$b-eager" 90 "$BIN" bench generate --model "$WORK/q05" --batch $b \
+    --prompt-len 128 --max-tokens 128 --device cuda --eager
   step "hf-decode-b$b" 120 python3 scripts/hf_peer.py generate "$WORK/q05" --batch $b \
     --prompt-len 128 --max-tokens 128
 done

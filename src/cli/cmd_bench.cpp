@@ -98,6 +98,12 @@ void run_bench_generate(const BenchGenerateFlags& f) {
               dtype_label(compute, o.fp8).c_str(), static_cast<long long>(o.batch), r.tokens_per_s,
               r.decode_tokens_per_s, r.decode_step_ms, r.achieved_flops / 1e12,
               r.matmul_flops / 1e12, 100.0 * r.utilization);
+  if (r.decode_graphs > 0) {
+    std::printf(
+        "decode steps replayed %lld recorded CUDA graphs (one per batch size; --eager: "
+        "none)\n",
+        static_cast<long long>(r.decode_graphs));
+  }
   if (r.memory_bandwidth > 0) {
     std::printf("decode reads %.1f GB/s (weights + KV cache) = %.1f%% of the %.1f GB/s read rate\n",
                 r.decode_bandwidth / 1e9, 100.0 * r.bandwidth_fraction, r.memory_bandwidth / 1e9);
@@ -504,6 +510,8 @@ void add_bench_commands(CLI::App& app) {
   gen->add_option("--seed", g.options.seed, "prompt and sampling seed")->capture_default_str();
   gen->add_flag("--fp8", g.options.fp8,
                 "linear layers in FP8 (rl.precision = fp8-rollout or fp8; emulated on CPU)");
+  gen->add_flag("--eager", g.options.eager,
+                "run every step op by op, without recorded decode graphs (CUDA)");
   add_compute_flags(gen, g.compute);
 
   static BenchRolloutsFlags ro;

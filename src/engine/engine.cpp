@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/logging.h"
 #include "engine/batch_sampler.h"
+#include "engine/decode_graphs.h"
 #include "engine/kv_cache.h"
 #include "model/paged_attention.h"
 
@@ -84,6 +85,7 @@ struct Engine::Impl {
   int64_t context, vocab_limit;
   bool sample_in_tensor_ops;  // opt.sample_in_tensor_ops, or a model off the CPU
   std::unique_ptr<PagedKVCache> cache;
+  std::unique_ptr<DecodeGraphs> graphs;  // null: every step op by op
   int64_t version = 0, admissions = 0;
   std::deque<std::unique_ptr<Seq>> waiting;
   std::vector<std::unique_ptr<Seq>> running;
@@ -121,7 +123,11 @@ struct Engine::Impl {
     }
     cache = std::make_unique<PagedKVCache>(cfg, std::max<int64_t>(1, tokens / kBlockSize),
                                            kBlockSize, model.compute());
-    stats.kv_blocks_total = cache->num_blocks();
+    if (opt.decode_graphs && !opt.fp8 && DecodeGraphs::available(model) &&
+        cache->num_blocks() > DecodeGraphs::kPaddingBlocks) {
+      graphs = std::make_unique<DecodeGraphs>(model, *cache, opt.max_num_seqs);
+    }
+    stats.kv_blocks_total = usable_blocks();
     log::debug("engine: KV cache of {} blocks x {} tokens, up to {} sequences", cache->num_blocks(),
                kBlockSize, opt.max_num_seqs);
   }
@@ -153,6 +159,11 @@ struct Engine::Impl {
       }
       hidden_cv.notify_all();
     }
+  }
+
+  // The cache's blocks that sequences may hold (the decode graphs keep one for padding).
+  int64_t usable_blocks() const {
+    return cache->num_blocks() - (graphs ? DecodeGraphs::kPaddingBlocks : 0);
   }
 
   int64_t running_weight() const {
@@ -338,6 +349,32 @@ struct Engine::Impl {
     if (s.group->callbacks.on_token) s.group->callbacks.on_token({s.c, smp.token, smp.logprob});
   }
 
+  // A step's forward: the logits (and hidden rows) of the tokens in `rows`. When each sequence
+  // feeds one token and every token is a row (a step of decodes alone), a decode graph replays it.
+  model::ForwardOutput forward(const PagedBatch& pb, const torch::Tensor& tokens,
+                               const std::vector<int64_t>& rows, bool hidden) {
+    const int64_t T = tokens.numel();
+    if (graphs && pb.block_tables.size(0) == T && static_cast<int64_t>(rows.size()) == T &&
+        T <= graphs->max_tokens()) {
+      try {
+        auto o = graphs->run(tokens, pb.positions, pb.slots, pb.block_tables);
+        return {o.logits, hidden ? o.hidden : torch::Tensor()};
+      } catch (const Error& e) {
+        log::warn("engine: decode graphs off, every step runs op by op from now on: {}", e.what());
+        graphs.reset();
+      }
+    }
+    return model.forward_tokens(
+        tokens, pb.positions,
+        [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return paged_attention(q, k, v, cache->keys(layer), cache->values(layer), pb);
+        },
+        {.logits = true,
+         .hidden = hidden,
+         .rows = torch::tensor(rows, torch::kInt64),
+         .fp8 = opt.fp8});
+  }
+
   StepStats step() {
     const auto t0 = std::chrono::steady_clock::now();
     StepStats st;
@@ -389,22 +426,19 @@ struct Engine::Impl {
       }
     }
 
-    PagedBatch pb{slots, positions, token_seq, tables};
     bool any_hidden = false;
     for (const auto& e : batch) any_hidden |= !e.hidden.empty();
     torch::NoGradGuard no_grad;
-    auto out = model.forward_tokens(
-        tokens, positions,
-        [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-          return paged_attention(q, k, v, cache->keys(layer), cache->values(layer), pb);
-        },
-        {.logits = true,
-         .hidden = any_hidden,
-         .rows = torch::tensor(rows, torch::kInt64),
-         .fp8 = opt.fp8});
+    const auto out = forward({slots, positions, token_seq, tables}, tokens, rows, any_hidden);
     auto logits = sample_in_tensor_ops ? out.logits : out.logits.to(torch::kCPU).contiguous();
+    // Hidden rows leave the device without waiting for it (into pinned memory; a copy on the
+    // CPU), so that the host queues the sampling meanwhile; they go to the sink once the device
+    // is past the copy.
     torch::Tensor hidden_rows;
-    if (any_hidden) hidden_rows = out.hidden.to(torch::kCPU).clone();
+    if (any_hidden) {
+      hidden_rows = out.hidden.to(torch::kCPU, out.hidden.scalar_type(), /*non_blocking=*/true,
+                                  /*copy=*/true);
+    }
 
     std::vector<HiddenRow> delivered;
     for (auto& e : batch) {
@@ -415,7 +449,6 @@ struct Engine::Impl {
         s.hidden_sent = j + 1;
       }
     }
-    deliver_hidden(std::move(delivered));
     stats.prompt_tokens += st.prefill_tokens;
 
     // Sample, then retire finished completions at once.
@@ -432,7 +465,9 @@ struct Engine::Impl {
       for (Seq* s : split(owner, born)) draws.push_back({s, it->second});
     }
     for (auto& b : born) running.push_back(std::move(b));
-    const auto samples = sample_draws(logits, draws);
+    const auto samples = sample_draws(logits, draws);  // waits for the device: tokens come back
+    if (!delivered.empty() && draws.empty()) model::synchronize(model.compute());
+    deliver_hidden(std::move(delivered));
     std::unordered_set<const Seq*> just_sampled;
     for (size_t i = 0; i < draws.size(); ++i) {
       append(*draws[i].seq, samples[i], logits, draws[i].row);
@@ -487,10 +522,10 @@ struct Engine::Impl {
                               context, P + r.max_tokens, P, r.max_tokens),
                   where);
     }
-    if (cache->blocks_for(P + r.max_tokens + 1) > cache->num_blocks()) {
+    if (cache->blocks_for(P + r.max_tokens + 1) > usable_blocks()) {
       throw Error(fmt::format("{} tokens do not fit the KV cache of {} tokens (raise "
                               "engine.kv_cache_tokens)",
-                              P + r.max_tokens, cache->num_blocks() * kBlockSize),
+                              P + r.max_tokens, usable_blocks() * kBlockSize),
                   where);
     }
     validate_sampling(r.sampling, where);
@@ -655,7 +690,8 @@ EngineStats Engine::stats() const {
   s.running = m.running_weight();
   s.waiting = 0;
   for (const auto& w : m.waiting) s.waiting += w->fork;
-  s.kv_blocks_used = m.cache->num_blocks() - m.cache->free_blocks();
+  s.kv_blocks_used = m.usable_blocks() - m.cache->free_blocks();
+  s.decode_graphs = m.graphs ? m.graphs->recordings() : 0;
   return s;
 }
 

@@ -42,6 +42,9 @@ struct EngineOptions {
   // Sample with engine/batch_sampler in tensor ops where the logits are (always so for a model
   // off the CPU, where it keeps the logits there); else row by row on the CPU. Same tokens.
   bool sample_in_tensor_ops = false;
+  // Steps of decodes alone replay recorded device graphs where the model's device has them (CUDA;
+  // engine/decode_graphs.h; not with fp8). false: every step runs op by op.
+  bool decode_graphs = true;
 };
 
 struct Request {
@@ -106,6 +109,7 @@ struct EngineStats {
   int64_t steps = 0, preemptions = 0, purged = 0;
   int64_t running = 0, waiting = 0, kv_blocks_used = 0, kv_blocks_total = 0;
   int64_t version = 0;
+  int64_t decode_graphs = 0;  // device graphs recorded for decode steps (engine/decode_graphs.h)
   double busy_seconds = 0;
 };
 

@@ -74,6 +74,7 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
   eo.max_num_seqs = o.batch;
   eo.max_batch_tokens = o.max_batch_tokens;
   eo.fp8 = o.fp8;
+  eo.decode_graphs = !o.eager;
   // Room for every sequence at full length: the benchmark measures batching, not preemption.
   eo.kv_cache_tokens = o.batch * ((o.prompt_len + o.max_tokens) / kBlockSize + 2) * kBlockSize;
   Engine engine(model, eo);
@@ -108,6 +109,7 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.generated = total;
+  r.decode_graphs = engine.stats().decode_graphs;
   r.tokens_per_s = r.generated / r.seconds;
   r.decode_step_ms = r.decode_steps ? 1e3 * r.decode_s / r.decode_steps : 0;
   r.decode_tokens_per_s = r.decode_s > 0 ? decode_only_tokens / r.decode_s : 0;

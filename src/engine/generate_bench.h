@@ -18,11 +18,13 @@ struct GenerateBenchOptions {
   int64_t max_tokens = 256;  // tokens generated per sequence (no stop ids)
   int64_t max_batch_tokens = 4096;
   uint64_t seed = 0;
-  bool fp8 = false;  // the engine's linear layers in FP8 (EngineOptions::fp8)
+  bool fp8 = false;    // the engine's linear layers in FP8 (EngineOptions::fp8)
+  bool eager = false;  // every step op by op: no decode graphs (EngineOptions::decode_graphs)
 };
 
 struct GenerateBenchResult {
   int64_t generated = 0, prompt_tokens = 0, steps = 0, decode_steps = 0;
+  int64_t decode_graphs = 0;  // device graphs recorded (warm-up included); 0: op by op
   double seconds = 0;         // first step to last
   double tokens_per_s = 0;    // generated tokens / seconds (prefill included)
   double prefill_s = 0;       // steps that fed prompt tokens

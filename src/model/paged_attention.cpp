@@ -561,6 +561,16 @@ torch::Tensor paged_packed_attention(const torch::Tensor& q, const torch::Tensor
   return paged_attention(q, k, v, key_pool, value_pool, {slots, positions, token_seq, tables});
 }
 
+bool paged_decode_plans_on_device(torch::Device device, torch::ScalarType dtype, int64_t head_dim) {
+#ifdef TRELLIS_CUDA_KERNELS
+  return device.is_cuda() && (dtype == torch::kFloat32 || dtype == torch::kBFloat16) &&
+         cuda::paged_decode_serves(head_dim);
+#else
+  (void)device, (void)dtype, (void)head_dim;
+  return false;
+#endif
+}
+
 namespace composed {
 
 using Index = std::vector<at::indexing::TensorIndex>;
@@ -652,6 +662,15 @@ std::shared_ptr<const Plan> make_plan(const PagedBatch& batch, torch::Device dev
   const auto slots = batch.slots.to(dev, torch::kInt64);
   plan->write_keys = key_index(slots);
   plan->write_values = value_index(slots, bf16);
+  if (decode_kernel && batch.decode_only) {
+    // One chunk of every token, in order, from the batch's own device tensors: nothing here
+    // waits on the host.
+    plan->tables = batch.block_tables.to(dev, torch::kInt32).contiguous();
+    plan->decode.push_back({.rows = torch::arange(slots.numel(), slots.options()),
+                            .positions = batch.positions.to(dev, torch::kInt64).contiguous(),
+                            .sequences = batch.token_seq.to(dev, torch::kInt64).contiguous()});
+    return plan;
+  }
 
   auto positions = batch.positions.to(torch::kCPU, torch::kInt64).contiguous();
   auto token_seq = batch.token_seq.to(torch::kCPU, torch::kInt64).contiguous();
@@ -729,17 +748,15 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& keys
   return torch::matmul(probs, vals.permute({0, 2, 1, 3})).reshape({D, H * hd});
 }
 
-#ifdef TRELLIS_CUDA_KERNELS
-static_assert(kBlockSize == 16, "cuda/paged_decode.cu reads blocks of 16 tokens");
-
 // Whether the CUDA decode kernel serves these queries and caches.
 bool decode_kernel_serves(const torch::Tensor& q, const torch::Tensor& key_cache,
                           const torch::Tensor& value_cache) {
-  return q.is_cuda() &&
-         (q.scalar_type() == torch::kFloat32 || q.scalar_type() == torch::kBFloat16) &&
-         key_cache.is_contiguous() && value_cache.is_contiguous() &&
-         cuda::paged_decode_serves(q.size(2));
+  return paged_decode_plans_on_device(q.device(), q.scalar_type(), q.size(2)) &&
+         key_cache.is_contiguous() && value_cache.is_contiguous();
 }
+
+#ifdef TRELLIS_CUDA_KERNELS
+static_assert(kBlockSize == 16, "cuda/paged_decode.cu reads blocks of 16 tokens");
 
 // The decode tokens `chunk` of q [T, H, hd] through the kernel: [D, H * hd].
 torch::Tensor kernel_decode(const torch::Tensor& q, const torch::Tensor& key_cache,
@@ -768,10 +785,6 @@ torch::Tensor kernel_decode(const torch::Tensor& q, const torch::Tensor& key_cac
   const char* error = cuda::paged_decode(a);
   TORCH_CHECK(error == nullptr, "paged_attention: the CUDA decode kernel failed: ", error);
   return out;
-}
-#else
-bool decode_kernel_serves(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&) {
-  return false;
 }
 #endif
 

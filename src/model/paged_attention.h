@@ -24,6 +24,10 @@ struct PagedBatch {
   torch::Tensor positions;     // int64 [T]: token t sees cached positions 0 .. positions[t]
   torch::Tensor token_seq;     // int64 [T]: token t's row in block_tables
   torch::Tensor block_tables;  // int32 [S, max_blocks]: each sequence's blocks in order
+  // Every token is the one new token of its sequence (a step of decodes alone). With the CUDA
+  // decode kernel, the composed path then plans on the device without reading the batch back,
+  // as a device graph of the step needs (model/device_graph.h).
+  bool decode_only = false;
   // The composed path's indexes for this batch on the device, made by the first layer that runs
   // it and reused by the others.
   mutable std::shared_ptr<const composed::Plan> composed_plan{};
@@ -44,6 +48,10 @@ torch::Tensor paged_attention(const torch::Tensor& q, const torch::Tensor& k,
 
 // Whether paged_attention computes queries like q with its CPU kernel (not the composed path).
 bool paged_kernel_supports(const torch::Tensor& q);
+
+// Whether the composed path plans a decode_only batch of such queries on the device alone (the
+// CUDA decode kernel serves them), as a device graph of a decode step needs.
+bool paged_decode_plans_on_device(torch::Device device, torch::ScalarType dtype, int64_t head_dim);
 
 // Causal attention over a packed stream (fused::packed_attention's contract: q [T, heads, hd],
 // k, v [T, kv_heads, hd], samples of seq_lens tokens, [T, heads * hd] out) computed by the paged

@@ -80,6 +80,7 @@ void Transformer::init_random(uint64_t seed) {
   cast_cache_.clear();
   concat_cache_.clear();
   fp8_cache_.clear();
+  ++buffer_generation_;
 }
 
 std::vector<torch::Tensor> Transformer::parameters() const {
@@ -99,18 +100,46 @@ void Transformer::set_requires_grad(bool requires_grad) {
   cast_cache_.clear();
   concat_cache_.clear();
   fp8_cache_.clear();
+  ++buffer_generation_;
 }
 
 torch::Tensor Transformer::w(const torch::Tensor& master) {
   if (master.scalar_type() == compute_.dtype) return master;
   if (torch::GradMode::is_enabled() && master.requires_grad()) return master.to(compute_.dtype);
-  auto& slot = cast_cache_[master.unsafeGetTensorImpl()];
-  if (!slot.value.defined() || slot.version != master._version()) {
+  auto [it, added] = cast_cache_.try_emplace(master.unsafeGetTensorImpl());
+  Cast& slot = it->second;
+  if (added) {
     torch::NoGradGuard no_grad;
-    slot.value = master.to(compute_.dtype);
-    slot.version = master._version();
+    slot = {master._version(), master, master.to(compute_.dtype)};
+    ++buffer_generation_;
   }
+  refresh(slot);
   return slot.value;
+}
+
+void Transformer::refresh(Cast& cast) {
+  if (cast.version == cast.master._version()) return;
+  torch::NoGradGuard no_grad;
+  cast.value.copy_(cast.master);
+  cast.version = cast.master._version();
+}
+
+void Transformer::refresh(Concat& concat) {
+  std::vector<int64_t> versions;
+  for (const auto& m : concat.masters) versions.push_back(m._version());
+  if (versions == concat.versions) return;
+  torch::NoGradGuard no_grad;
+  int64_t offset = 0;
+  for (const auto& m : concat.masters) {
+    concat.value.narrow(0, offset, m.size(0)).copy_(m);
+    offset += m.size(0);
+  }
+  concat.versions = std::move(versions);
+}
+
+void Transformer::refresh_weight_copies() {
+  for (auto& [_, cast] : cast_cache_) refresh(cast);
+  for (auto& [_, concat] : concat_cache_) refresh(concat);
 }
 
 // Up to this many rows a matmul streams its weight (fused::skinny_linear) rather than calling the
@@ -175,15 +204,20 @@ const fp8::Fp8Weight& Transformer::fp8_weight(const torch::Tensor& master) {
 }
 
 torch::Tensor Transformer::concatenated(const std::vector<torch::Tensor>& masters) {
-  auto& slot = concat_cache_[masters[0].unsafeGetTensorImpl()];
-  std::vector<int64_t> versions;
-  for (const auto& m : masters) versions.push_back(m._version());
-  if (!slot.value.defined() || slot.versions != versions) {
+  auto [it, added] = concat_cache_.try_emplace(masters[0].unsafeGetTensorImpl());
+  Concat& slot = it->second;
+  if (added) {
+    torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> parts;
-    for (const auto& m : masters) parts.push_back(m.to(compute_.dtype));
+    for (const auto& m : masters) {
+      parts.push_back(m.to(compute_.dtype));
+      slot.versions.push_back(m._version());
+    }
+    slot.masters = masters;
     slot.value = torch::cat(parts);
-    slot.versions = versions;
+    ++buffer_generation_;
   }
+  refresh(slot);
   return slot.value;
 }
 
@@ -337,6 +371,7 @@ const RopeTables& Transformer::rope_through(int64_t max_position) {
     int64_t grown = std::max(rows, kInitialRopePositions);
     while (grown <= max_position) grown *= 2;
     rope_ = rope_tables(config_, std::min(grown, limit), compute_.device);
+    ++buffer_generation_;
   }
   return rope_;
 }
@@ -405,7 +440,8 @@ ForwardOutput Transformer::forward_tokens(const torch::Tensor& tokens,
   if (tokens.dim() != 1 || positions.sizes() != tokens.sizes() || tokens.numel() == 0) {
     throw Error("forward_tokens: tokens and positions must be non-empty [T]");
   }
-  const auto& rope = rope_through(positions.max().item<int64_t>());
+  const auto& rope = rope_through(options.max_position >= 0 ? options.max_position
+                                                            : positions.max().item<int64_t>());
   auto tok = tokens.to(compute_.device), pos = positions.to(compute_.device);
   auto cos = rope.cos.index_select(0, pos), sin = rope.sin.index_select(0, pos);
   auto x = run_layers(F::embedding(tok, w(embed_)), cos, sin, attention, options.fp8);

@@ -52,6 +52,9 @@ struct ForwardOptions {
   // layer at a time are alive instead of every layer's, for about one more forward of compute;
   // values and gradients are those of the plain forward.
   bool recompute_layers = false;
+  // forward_tokens: the largest of `positions` when the caller knows it (>= 0), so that the
+  // forward never reads the positions back from the device (a device graph cannot).
+  int64_t max_position = -1;
 };
 
 struct ForwardOutput {
@@ -130,6 +133,16 @@ class Transformer {
   ForwardOutput forward_tokens(const torch::Tensor& tokens, const torch::Tensor& positions,
                                const AttentionFn& attention, ForwardOptions options = {});
 
+  // For device graphs (model/device_graph.h), which replay a forward on the addresses it read.
+  // Besides the parameters, a forward reads tensors the model keeps: the RoPE tables and the
+  // compute-dtype copies of the weights. reserve_positions grows the tables to hold
+  // `max_position` (Error past max_position_embeddings); refresh_weight_copies brings every copy
+  // up to date with its master in place, as a forward would before reading it. A graph recorded
+  // before buffer_generation() last changed reads freed memory: record it again.
+  void reserve_positions(int64_t max_position) { rope_through(max_position); }
+  void refresh_weight_copies();
+  int64_t buffer_generation() const { return buffer_generation_; }
+
  private:
   struct Layer {
     torch::Tensor input_norm, q_w, q_b, k_w, k_b, v_w, v_b, o_w, q_norm, k_norm;
@@ -183,16 +196,23 @@ class Transformer {
   // Built for the positions used so far (at least kInitialRopePositions), not for the config's
   // whole context: a 1M-context model's full tables would take 0.5 GB whatever the run's length.
   RopeTables rope_;
+  // The compute-dtype copies of masters (a cast, or the concatenation of several), made once and
+  // then refreshed in place whenever a master changes: they keep their address.
   struct Cast {
     int64_t version;
-    torch::Tensor value;
+    torch::Tensor master, value;
   };
   std::unordered_map<const void*, Cast> cast_cache_;
   struct Concat {
     std::vector<int64_t> versions;
+    std::vector<torch::Tensor> masters;
     torch::Tensor value;
   };
   std::unordered_map<const void*, Concat> concat_cache_;  // keyed by the first master
+  static void refresh(Cast& cast);
+  static void refresh(Concat& concat);
+  // Counts the times the RoPE tables or a weight copy got a new address (buffer_generation()).
+  int64_t buffer_generation_ = 0;
   struct Fp8Cast {
     int64_t version;
     fp8::Fp8Weight value;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "engine/decode_graphs.h"
 #include "engine/engine_loop.h"
 #include "error_of.h"
 #include "model/presets.h"
@@ -217,6 +218,36 @@ TEST(Engine, SamplingInTensorOpsGivesTheRowByRowCompletions) {
   const std::string msg = error_of([&] { run_all(poisoned, {make_request("nan", 4, 1)}); });
   EXPECT_NE(msg.find("sample_batch: row 0"), std::string::npos) << msg;
   EXPECT_NE(msg.find("is NaN"), std::string::npos) << msg;
+}
+
+// On a GPU, steps of decodes alone replay recorded CUDA graphs (engine/decode_graphs.h), padded
+// to a recorded batch size as sequences finish: the completions are those of op-by-op steps.
+TEST(Engine, DecodeGraphsGiveTheOpByOpCompletionsOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Transformer model(model::preset_config(Arch::Qwen3, "tiny"),
+                    Compute{torch::Device(torch::kCUDA, 0), torch::kFloat32});
+  model.init_random(1);
+  if (!DecodeGraphs::available(model)) GTEST_SKIP() << "a build without TRELLIS_CUDA_KERNELS";
+  std::vector<Request> requests = crowd(4);
+  for (int64_t i = 0; i < 5; ++i) {
+    auto r = make_request("g" + std::to_string(i), 5 + 7 * i, 60 + i, 10 + 6 * i);
+    if (i % 2 == 1) r.sampling.temperature = 0;
+    r.n = i == 2 ? 3 : 1;
+    requests.push_back(r);
+  }
+  EngineOptions eager{.vocab_limit = 200, .decode_graphs = false}, graphs{.vocab_limit = 200};
+  Engine op_by_op(model, eager), replayed(model, graphs);
+  const auto want = run_all(op_by_op, requests), got = run_all(replayed, requests);
+  EXPECT_EQ(op_by_op.stats().decode_graphs, 0);
+  EXPECT_GT(replayed.stats().decode_graphs, 1) << "a batch that shrinks needs several sizes";
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [key, w] : want) {
+    const Completion& g = got.at(key);
+    const std::string where = key.first + "/" + std::to_string(key.second);
+    EXPECT_EQ(g.tokens, w.tokens) << where;
+    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << where;
+    for (size_t i = 0; i < w.logprobs.size(); ++i) EXPECT_NEAR(g.logprobs[i], w.logprobs[i], 1e-4);
+  }
 }
 
 TEST(Engine, ContinuousBatchingRespectsMaxNumSeqsAndRefills) {

@@ -384,6 +384,36 @@ TEST(Transformer, Bf16ComputeTracksFp32AndGradientsReachFp32Masters) {
             0);
 }
 
+// Device graphs replay a forward on the addresses it read (model/device_graph.h). The bf16 copies
+// of the weights (casts, and the concatenated q/k/v and gate/up weights and biases) are refreshed
+// in place when their masters change: buffer_generation() holds still and the forward computes
+// with the new weights. It moves when the copies are dropped or the RoPE tables grow.
+TEST(Transformer, WeightCopiesAreRefreshedInPlaceAndTheirMovesCounted) {
+  torch::NoGradGuard g;
+  HfConfig c = tiny(Arch::Qwen2);
+  c.max_position_embeddings = 1 << 16;
+  auto m = make_model(c, torch::kBFloat16);
+  const auto tokens = random_tokens(12, c.vocab_size, 3);
+  const auto before = m->forward(tokens).logits;
+  const int64_t generation = m->buffer_generation();
+  for (const auto& [name, p] : m->named_parameters()) p.mul_(1.25);
+  const auto after = m->forward(tokens).logits;
+  EXPECT_EQ(m->buffer_generation(), generation) << "the copies kept their addresses";
+  Transformer fresh(c, m->compute());
+  fresh.copy_weights_from(*m);
+  EXPECT_TRUE(torch::equal(after, fresh.forward(tokens).logits)) << "the copies are current";
+  EXPECT_GT(max_diff(after, before), 1e-2);
+
+  m->reserve_positions(kInitialRopePositions - 1);
+  m->refresh_weight_copies();
+  EXPECT_EQ(m->buffer_generation(), generation);
+  m->reserve_positions(kInitialRopePositions);
+  EXPECT_GT(m->buffer_generation(), generation) << "longer RoPE tables";
+  const int64_t grown = m->buffer_generation();
+  m->set_requires_grad(false);
+  EXPECT_GT(m->buffer_generation(), grown) << "the copies dropped";
+}
+
 // A long-context model's RoPE tables hold the positions used so far, and grow past
 // kInitialRopePositions when a forward reaches further: the logits match the reference at
 // positions on both sides of the first tables, and they are the same bits whether the tables
