@@ -1,11 +1,12 @@
 // libFuzzer target for tokenizer.json: the input is a tokenizer.json, optionally followed by a NUL
 // byte and text. The JSON is parsed and loaded as Tokenizer::load does; when it loads, the text
-// (or a fixed sample) is encoded with and without special tokens, decoded, and its bytes are also
-// decoded as token ids. Anything but a trellis::Error is a bug. scripts/fuzz.sh builds and runs
-// it; fuzz/corpus/tokenizer/ holds the seeds.
+// (or a fixed sample) is encoded with and without special tokens (and with them outside a plain
+// range), decoded, and its bytes are also decoded as token ids. Anything but a trellis::Error is a
+// bug. scripts/fuzz.sh builds and runs it; fuzz/corpus/tokenizer/ holds the seeds.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (id < 0 || id >= tok.vocab_size()) __builtin_trap();  // encode only emits real ids
       }
       (void)tok.decode(ids, !special);
+    }
+    // The middle third as a chat message's content: special tokens there are text.
+    const Tokenizer::TextRange content{text.size() / 3, 2 * text.size() / 3};
+    for (int32_t id : tok.encode(text, std::span(&content, 1))) {
+      if (id < 0 || id >= tok.vocab_size()) __builtin_trap();
     }
     (void)tok.pre_tokenize(text);
     std::vector<int32_t> raw(text.size() / 4);

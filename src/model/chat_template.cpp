@@ -195,22 +195,28 @@ const char* ChatTemplate::end_of_turn() const {
   return format_ == Format::kChatML ? "<|im_end|>" : "<|eot_id|>";
 }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> messages,
-                                 const ChatOptions& options) const {
+ChatTemplate::Rendered ChatTemplate::render_parts(std::span<const ChatMessage> messages,
+                                                  const ChatOptions& options) const {
   check_roles(messages);
   return format_ == Format::kChatML ? render_chatml(messages, options)
                                     : render_llama3(messages, options);
 }
 
+std::string ChatTemplate::render(std::span<const ChatMessage> messages,
+                                 const ChatOptions& options) const {
+  return render_parts(messages, options).text;
+}
+
 std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
                                           std::span<const ChatMessage> messages,
                                           const ChatOptions& options) const {
-  return tokenizer.encode(render(messages, options), /*allow_special=*/true);
+  const Rendered r = render_parts(messages, options);
+  return tokenizer.encode(r.text, r.contents);
 }
 
-std::string ChatTemplate::render_chatml(std::span<const ChatMessage> messages,
-                                        const ChatOptions& options) const {
-  std::string out;
+ChatTemplate::Rendered ChatTemplate::render_chatml(std::span<const ChatMessage> messages,
+                                                   const ChatOptions& options) const {
+  Rendered out;
   if (!default_system_.empty() && messages.front().role != "system") {
     out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
   }
@@ -227,7 +233,9 @@ std::string ChatTemplate::render_chatml(std::span<const ChatMessage> messages,
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
     if (m.role != "assistant" || !thinking_) {
-      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      out += "<|im_start|>" + m.role + "\n";
+      out.add_content(m.content);
+      out += "<|im_end|>\n";
       continue;
     }
     std::string content = m.content, reasoning;
@@ -238,10 +246,12 @@ std::string ChatTemplate::render_chatml(std::span<const ChatMessage> messages,
     }
     out += "<|im_start|>assistant\n";
     if (i > last_query && (i + 1 == messages.size() || !reasoning.empty())) {
-      out += "<think>\n" + lstrip(rstrip(reasoning, '\n'), '\n') + "\n</think>\n\n" +
-             lstrip(content, '\n');
+      out += "<think>\n";
+      out.add_content(lstrip(rstrip(reasoning, '\n'), '\n'));
+      out += "\n</think>\n\n";
+      out.add_content(lstrip(content, '\n'));
     } else {
-      out += content;
+      out.add_content(content);
     }
     out += "<|im_end|>\n";
   }
@@ -252,12 +262,10 @@ std::string ChatTemplate::render_chatml(std::span<const ChatMessage> messages,
   return out;
 }
 
-std::string ChatTemplate::render_llama3(std::span<const ChatMessage> messages,
-                                        const ChatOptions& options) const {
-  auto turn = [](const std::string& role, std::string_view content) {
-    return "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>";
-  };
-  std::string out = bos_token_;
+ChatTemplate::Rendered ChatTemplate::render_llama3(std::span<const ChatMessage> messages,
+                                                   const ChatOptions& options) const {
+  Rendered out;
+  out += bos_token_;
   if (knowledge_header_) {
     // Llama-3.1+: the system turn always comes first, with the knowledge cutoff and the date.
     std::string system;
@@ -267,9 +275,14 @@ std::string ChatTemplate::render_llama3(std::span<const ChatMessage> messages,
     }
     out += "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n";
     out += "Today Date: " + (date_is_today_ ? today() : date_string_) + "\n\n";
-    out += system + "<|eot_id|>";
+    out.add_content(system);
+    out += "<|eot_id|>";
   }
-  for (const auto& m : messages) out += turn(m.role, m.content);
+  for (const auto& m : messages) {
+    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n";
+    out.add_content(trim(m.content));
+    out += "<|eot_id|>";
+  }
   if (options.add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
 }

@@ -58,17 +58,33 @@ class ChatTemplate {
 
   // The prompt text. Error on no messages or an unknown role.
   std::string render(std::span<const ChatMessage> messages, const ChatOptions& options = {}) const;
-  // render() encoded with special tokens allowed. No BOS is added: the text holds it already when
-  // the format wants one (Llama-3), so callers must not add another.
+  // render() encoded with the template's special tokens, while the messages' contents are plain
+  // text: a message holding "<|im_end|>\n<|im_start|>system\n..." cannot open a turn of its own
+  // (Hugging Face's apply_chat_template would let it). Messages without special tokens encode as
+  // the rendered text does. No BOS is added: the text holds it already when the format wants one
+  // (Llama-3), so callers must not add another.
   std::vector<int32_t> encode(const Tokenizer& tokenizer, std::span<const ChatMessage> messages,
                               const ChatOptions& options = {}) const;
 
  private:
+  // The rendered text and the byte ranges in it that the messages' contents fill.
+  struct Rendered {
+    std::string text;
+    std::vector<Tokenizer::TextRange> contents;
+    Rendered& operator+=(std::string_view s) {
+      text += s;
+      return *this;
+    }
+    void add_content(std::string_view s) {
+      contents.push_back({text.size(), text.size() + s.size()});
+      text += s;
+    }
+  };
+
   ChatTemplate() = default;
-  std::string render_chatml(std::span<const ChatMessage> messages,
-                            const ChatOptions& options) const;
-  std::string render_llama3(std::span<const ChatMessage> messages,
-                            const ChatOptions& options) const;
+  Rendered render_parts(std::span<const ChatMessage> messages, const ChatOptions& options) const;
+  Rendered render_chatml(std::span<const ChatMessage> messages, const ChatOptions& options) const;
+  Rendered render_llama3(std::span<const ChatMessage> messages, const ChatOptions& options) const;
 
   Format format_ = Format::kChatML;
   std::string bos_token_;

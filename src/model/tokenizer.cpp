@@ -407,8 +407,9 @@ struct Tokenizer::Impl {
 
   // Cuts the added tokens of pass `pass` out of `s` (leftmost, then longest, as `tokenizers`
   // does), calling on_text(string_view) for the text between them and on_added(id) for each.
-  template <typename OnText, typename OnAdded>
-  void split_added(std::string_view s, int pass, bool allow_special, OnText on_text,
+  // allow_special(begin, end): whether a special token may stand at bytes [begin, end) of s.
+  template <typename AllowSpecial, typename OnText, typename OnAdded>
+  void split_added(std::string_view s, int pass, AllowSpecial allow_special, OnText on_text,
                    OnAdded on_added) const {
     if (!has_added[pass]) {
       if (!s.empty()) on_text(s);
@@ -420,8 +421,8 @@ struct Tokenizer::Impl {
       const AddedToken* hit = nullptr;
       for (int32_t k : index[static_cast<uint8_t>(s[i])]) {
         const AddedToken& t = added[k];
-        if (t.special && !allow_special) continue;
-        if (s.compare(i, t.match.size(), t.match) == 0) {
+        if (s.compare(i, t.match.size(), t.match) == 0 &&
+            (!t.special || allow_special(i, i + t.match.size()))) {
           hit = &t;
           break;
         }
@@ -906,20 +907,36 @@ Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
+  if (allow_special) return encode(text, std::span<const TextRange>());
+  const TextRange all{0, text.size()};
+  return encode(text, std::span(&all, 1));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text,
+                                       std::span<const TextRange> plain) const {
   const Impl& m = *impl_;
+  const auto outside_plain = [&](size_t begin, size_t end) {
+    return std::none_of(plain.begin(), plain.end(),
+                        [&](const TextRange& r) { return begin < r.end && r.begin < end; });
+  };
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   auto on_added = [&](int32_t id) { out.push_back(id); };
   auto on_normalized = [&](std::string_view s) { m.encode_plain(s, out); };
   m.split_added(
-      text, 0, allow_special,
+      text, 0, outside_plain,
       [&](std::string_view raw) {
+        // The second pass sees pieces of the text (normalized: copies of them).
+        const size_t base = static_cast<size_t>(raw.data() - text.data());
         if (m.normalizers.empty()) {
-          m.split_added(raw, 1, allow_special, on_normalized, on_added);
-        } else {
-          const std::string normalized = m.normalize(raw);
-          m.split_added(normalized, 1, allow_special, on_normalized, on_added);
+          m.split_added(
+              raw, 1, [&](size_t b, size_t e) { return outside_plain(base + b, base + e); },
+              on_normalized, on_added);
+          return;
         }
+        const bool anywhere = outside_plain(base, base + raw.size());
+        m.split_added(
+            m.normalize(raw), 1, [&](size_t, size_t) { return anywhere; }, on_normalized, on_added);
       },
       on_added);
   return out;

@@ -56,6 +56,13 @@ class Tokenizer {
   // Token ids for `text` (any bytes). Never adds BOS/EOS. With allow_special=false, special added
   // tokens in the text are encoded as plain text; non-special added tokens are still matched.
   std::vector<int32_t> encode(std::string_view text, bool allow_special = true) const;
+  // The same with special tokens matched only where they lie wholly outside the byte ranges
+  // `plain` of the text: what a chat message's author wrote cannot stand for the special tokens
+  // that frame the turns. Text without special tokens in `plain` encodes as with allow_special.
+  struct TextRange {
+    size_t begin, end;  // [begin, end)
+  };
+  std::vector<int32_t> encode(std::string_view text, std::span<const TextRange> plain) const;
   // The pre-tokens BPE would see for `text` (normalized and split; raw bytes, any prefix space
   // included), with no added-token matching. For tests and debugging.
   std::vector<std::string> pre_tokenize(std::string_view text) const;

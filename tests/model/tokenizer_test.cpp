@@ -366,6 +366,39 @@ TEST(Tokenizer, SpecialTokensMatchedOnlyWhenAllowed) {
   EXPECT_EQ(tok.decode(expected, /*skip_special=*/true), "user\nhi");
 }
 
+// Special tokens in the plain ranges (a chat message's content) are text; those outside stay
+// special, in either pass of added-token matching (raw, and normalized).
+TEST(Tokenizer, SpecialTokensInPlainRangesAreText) {
+  TempDir dir;
+  const Tokenizer tok = written_tokenizer("chatml", dir);
+  const std::string text = "<|im_start|>user\nsay <|im_end|> now<|im_end|>";
+  const Tokenizer::TextRange content{text.find("say"), text.rfind("<|im_end|>")};
+  Ids want{257};
+  for (int32_t b : bytes_of("user\nsay <|im_end|> now")) want.push_back(b);
+  want.push_back(258);
+  EXPECT_EQ(tok.encode(text, std::span(&content, 1)), want);
+  EXPECT_EQ(tok.decode(want), text);
+  EXPECT_EQ(tok.encode(text, std::span<const Tokenizer::TextRange>()), tok.encode(text, true));
+  // A special token that reaches into a plain range is text too.
+  const Tokenizer::TextRange tail{text.size() - 3, text.size()};
+  Ids straddled = tok.encode(text.substr(0, text.size() - 10), true);
+  for (int32_t b : bytes_of("<|im_end|>")) straddled.push_back(b);
+  EXPECT_EQ(tok.encode(text, std::span(&tail, 1)), straddled);
+
+  // A special token matched after normalization.
+  Spec spec;
+  spec.normalizer = {{"type", "NFC"}};
+  Json normalized = added(300, "<s>");
+  normalized["normalized"] = true;
+  spec.added_tokens = {normalized};
+  const Tokenizer nfc = make(spec);
+  const std::string two = "<s>ab<s>";
+  const Tokenizer::TextRange second{5, 8};
+  EXPECT_EQ(nfc.encode(two, std::span<const Tokenizer::TextRange>()), (Ids{300, 'a', 'b', 300}));
+  EXPECT_EQ(nfc.encode(two, std::span(&second, 1)), bytes_of(two))
+      << "a normalized piece that holds plain text matches no special token";
+}
+
 TEST(Tokenizer, AddedTokensLongestMatchFirst) {
   Spec spec;
   spec.added_tokens = {added(300, "<x>"), added(301, "<x><y>"), added(302, "plain", false)};
