@@ -59,18 +59,15 @@ void DecodeGraphs::forward(int64_t size) {
   model::PagedBatch batch{slots_.narrow(0, 0, size), positions_.narrow(0, 0, size),
                           rows_.narrow(0, 0, size), tables_.narrow(0, 0, size)};
   batch.decode_only = true;
-  auto out = model_.forward_tokens(
-      tokens_.narrow(0, 0, size), positions_.narrow(0, 0, size),
-      [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-        return model::paged_attention(q, k, v, cache_.keys(layer), cache_.values(layer), batch);
-      },
-      {.logits = true, .hidden = true, .max_position = max_position_});
+  const auto out =
+      forward_on_cache(model_, cache_, tokens_.narrow(0, 0, size), batch,
+                       {.logits = true, .hidden = true, .max_position = max_position_});
   logits_.narrow(0, 0, size).copy_(out.logits);
   hidden_.narrow(0, 0, size).copy_(out.hidden);
 }
 
-DecodeGraphs::Outputs DecodeGraphs::run(const torch::Tensor& tokens, const torch::Tensor& positions,
-                                        const torch::Tensor& slots, const torch::Tensor& tables) {
+model::ForwardOutput DecodeGraphs::run(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                       const torch::Tensor& slots, const torch::Tensor& tables) {
   constexpr const char* kWhere = "decode graphs";
   const int64_t T = tokens.numel();
   if (T < 1 || T > max_tokens_ || positions.numel() != T || slots.numel() != T ||
@@ -92,9 +89,8 @@ DecodeGraphs::Outputs DecodeGraphs::run(const torch::Tensor& tokens, const torch
     out.narrow(0, 0, T).copy_(t);
     return out;
   };
-  const auto cpu_positions = positions.to(torch::kInt64);
   tokens_.narrow(0, 0, size).copy_(pad(tokens, 0));
-  positions_.narrow(0, 0, size).copy_(pad(cpu_positions, 0));
+  positions_.narrow(0, 0, size).copy_(pad(positions, 0));
   slots_.narrow(0, 0, size).copy_(pad(slots, int64_t{padding_block_} * model::kBlockSize));
   auto padded_tables = torch::zeros({size, tables_.size(1)}, torch::kInt32);
   padded_tables.narrow(0, 0, T).narrow(1, 0, width).copy_(tables);
@@ -102,7 +98,7 @@ DecodeGraphs::Outputs DecodeGraphs::run(const torch::Tensor& tokens, const torch
   tables_.narrow(0, 0, size).copy_(padded_tables);
 
   // What the forward reads besides the buffers must be current and where the graphs read it.
-  max_position_ = cpu_positions.max().item<int64_t>();
+  max_position_ = positions.max().item<int64_t>();
   model_.reserve_positions(max_position_);
   model_.refresh_weight_copies();
   if (model_.buffer_generation() != generation_) graphs_.clear();

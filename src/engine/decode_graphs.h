@@ -39,15 +39,12 @@ class DecodeGraphs {
 
   int64_t max_tokens() const { return max_tokens_; }
 
-  struct Outputs {
-    torch::Tensor logits;  // [T, vocab] fp32
-    torch::Tensor hidden;  // [T, hidden_size], the final normed hidden rows
-  };
   // One decode step of T tokens, T in [1, max_tokens]: tokens, positions and slots int64 [T] and
-  // block tables int32 [T, n] (row t: token t's sequence's blocks), on the CPU. The outputs lie
-  // in buffers that the next run overwrites: read them first.
-  Outputs run(const torch::Tensor& tokens, const torch::Tensor& positions,
-              const torch::Tensor& slots, const torch::Tensor& tables);
+  // block tables int32 [T, n] (row t: token t's sequence's blocks), on the CPU. Returns the
+  // logits [T, vocab] (fp32) and final hidden rows [T, hidden_size], in buffers that the next run
+  // overwrites: read them first.
+  model::ForwardOutput run(const torch::Tensor& tokens, const torch::Tensor& positions,
+                           const torch::Tensor& slots, const torch::Tensor& tables);
 
   // Graphs recorded so far, all sizes and generations (for tests and logs).
   int64_t recordings() const { return recordings_; }

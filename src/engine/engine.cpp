@@ -17,7 +17,6 @@
 namespace trellis::engine {
 
 using model::kBlockSize;
-using model::paged_attention;
 using model::PagedBatch;
 
 const char* finish_name(Finish finish) {
@@ -357,22 +356,17 @@ struct Engine::Impl {
     if (graphs && pb.block_tables.size(0) == T && static_cast<int64_t>(rows.size()) == T &&
         T <= graphs->max_tokens()) {
       try {
-        auto o = graphs->run(tokens, pb.positions, pb.slots, pb.block_tables);
-        return {o.logits, hidden ? o.hidden : torch::Tensor()};
+        return graphs->run(tokens, pb.positions, pb.slots, pb.block_tables);
       } catch (const Error& e) {
         log::warn("engine: decode graphs off, every step runs op by op from now on: {}", e.what());
         graphs.reset();
       }
     }
-    return model.forward_tokens(
-        tokens, pb.positions,
-        [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-          return paged_attention(q, k, v, cache->keys(layer), cache->values(layer), pb);
-        },
-        {.logits = true,
-         .hidden = hidden,
-         .rows = torch::tensor(rows, torch::kInt64),
-         .fp8 = opt.fp8});
+    return forward_on_cache(model, *cache, tokens, pb,
+                            {.logits = true,
+                             .hidden = hidden,
+                             .rows = torch::tensor(rows, torch::kInt64),
+                             .fp8 = opt.fp8});
   }
 
   StepStats step() {

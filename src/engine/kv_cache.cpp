@@ -101,4 +101,15 @@ int32_t PagedKVCache::copy_on_write(int32_t block, int32_t after) {
   return copy;
 }
 
+model::ForwardOutput forward_on_cache(model::Transformer& model, PagedKVCache& cache,
+                                      const torch::Tensor& tokens, const model::PagedBatch& batch,
+                                      model::ForwardOptions options) {
+  return model.forward_tokens(
+      tokens, batch.positions,
+      [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+        return model::paged_attention(q, k, v, cache.keys(layer), cache.values(layer), batch);
+      },
+      std::move(options));
+}
+
 }  // namespace trellis::engine

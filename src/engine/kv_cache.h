@@ -22,6 +22,8 @@
 
 #include "model/compute.h"
 #include "model/hf_config.h"
+#include "model/paged_attention.h"
+#include "model/transformer.h"
 
 namespace trellis::engine {
 
@@ -57,5 +59,11 @@ class PagedKVCache {
   std::vector<int32_t> refs_;  // 0 = free
   int64_t free_count_ = 0;
 };
+
+// The forward of `tokens` at batch.positions whose attention writes their keys and values into
+// `cache` and reads each sequence's cached ones through `batch` (model::paged_attention).
+model::ForwardOutput forward_on_cache(model::Transformer& model, PagedKVCache& cache,
+                                      const torch::Tensor& tokens, const model::PagedBatch& batch,
+                                      model::ForwardOptions options);
 
 }  // namespace trellis::engine

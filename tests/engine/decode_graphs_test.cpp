@@ -61,14 +61,9 @@ model::ForwardOutput prefill(model::Transformer& m, PagedKVCache& cache, const S
     slots.push_back(seqs.slot(s, j));
     rows.push_back(0);
   }
-  model::PagedBatch batch{torch::tensor(slots), torch::tensor(positions), torch::tensor(rows),
-                          seqs.tables({s}, count)};
-  return m.forward_tokens(
-      torch::tensor(tokens), batch.positions,
-      [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-        return model::paged_attention(q, k, v, cache.keys(layer), cache.values(layer), batch);
-      },
-      {.logits = true, .hidden = true});
+  const model::PagedBatch batch{torch::tensor(slots), torch::tensor(positions), torch::tensor(rows),
+                                seqs.tables({s}, count)};
+  return forward_on_cache(m, cache, torch::tensor(tokens), batch, {.logits = true, .hidden = true});
 }
 
 struct Step {
@@ -90,13 +85,8 @@ Step decode_step(const Sequences& seqs, const std::vector<int64_t>& active, int6
 
 model::ForwardOutput op_by_op(model::Transformer& m, PagedKVCache& cache, const Step& st) {
   const int64_t T = st.tokens.numel();
-  model::PagedBatch batch{st.slots, st.positions, torch::arange(T), st.tables};
-  return m.forward_tokens(
-      st.tokens, st.positions,
-      [&](int64_t layer, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-        return model::paged_attention(q, k, v, cache.keys(layer), cache.values(layer), batch);
-      },
-      {.logits = true, .hidden = true});
+  const model::PagedBatch batch{st.slots, st.positions, torch::arange(T), st.tables};
+  return forward_on_cache(m, cache, st.tokens, batch, {.logits = true, .hidden = true});
 }
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
