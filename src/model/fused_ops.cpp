@@ -13,6 +13,13 @@
 #include "model/paged_attention.h"
 #include "model/vec_math.h"
 
+#ifdef TRELLIS_CUDA_KERNELS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "model/cuda/fused_ops.h"
+#endif
+
 // PyTorch 2.5 and later: scaled_dot_product_attention with grouped-query heads. Debian's libtorch
 // 1.13 has no such op, and the composed attention spells it out in ATen ops instead.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
@@ -72,140 +79,277 @@ int64_t num_chunks(int64_t rows) {
   return std::max<int64_t>(1, std::min<int64_t>(rows, 4 * at::get_num_threads()));
 }
 
+#ifdef TRELLIS_CUDA_KERNELS
+// The same ops on a GPU through model/cuda/fused_ops.h: contiguous inputs on one CUDA device.
+namespace gpu {
+
+void check(const char* error, const char* op) {
+  TORCH_CHECK(error == nullptr, op, ": the CUDA kernel failed: ", error);
+}
+void* stream_of(const torch::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+bool is_bf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+
+std::pair<torch::Tensor, torch::Tensor> rms_norm_forward(const torch::Tensor& x,
+                                                         const torch::Tensor& weight, double eps) {
+  const c10::cuda::CUDAGuard on_the_device(x.device());
+  const auto w = weight.to(torch::kFloat32).contiguous();
+  const int64_t d = x.size(-1);
+  auto y = torch::empty_like(x);
+  auto rstd = torch::empty({x.numel() / d}, x.options().dtype(torch::kFloat32));
+  model::cuda::RmsNormArgs a;
+  a.x = x.data_ptr();
+  a.weight = w.data_ptr<float>();
+  a.y = y.data_ptr();
+  a.rstd = rstd.data_ptr<float>();
+  a.rows = rstd.size(0);
+  a.dim = d;
+  a.eps = static_cast<float>(eps);
+  a.bf16 = is_bf16(x);
+  a.stream = stream_of(x);
+  check(model::cuda::rms_norm_forward(a), "rms_norm");
+  return {y, rstd};
+}
+
+std::pair<torch::Tensor, torch::Tensor> rms_norm_backward(const torch::Tensor& x,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& rstd,
+                                                          const torch::Tensor& gy) {
+  const c10::cuda::CUDAGuard on_the_device(x.device());
+  const auto w = weight.to(torch::kFloat32).contiguous();
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  auto gx = torch::empty_like(x);
+  auto partial = torch::empty({model::cuda::rms_norm_backward_blocks(rows), d},
+                              x.options().dtype(torch::kFloat32));
+  model::cuda::RmsNormBackwardArgs a;
+  a.x = x.data_ptr();
+  a.weight = w.data_ptr<float>();
+  a.grad_y = gy.data_ptr();
+  a.rstd = rstd.data_ptr<float>();
+  a.grad_x = gx.data_ptr();
+  a.grad_weight_partial = partial.data_ptr<float>();
+  a.rows = rows;
+  a.dim = d;
+  a.bf16 = is_bf16(x);
+  a.stream = stream_of(x);
+  check(model::cuda::rms_norm_backward(a), "rms_norm backward");
+  return {gx, partial.sum(0)};
+}
+
+torch::Tensor swiglu_forward(const torch::Tensor& gate, const torch::Tensor& up) {
+  const c10::cuda::CUDAGuard on_the_device(gate.device());
+  auto y = torch::empty_like(gate);
+  check(model::cuda::swiglu_forward(gate.data_ptr(), up.data_ptr(), y.data_ptr(), gate.numel(),
+                                    is_bf16(gate), stream_of(gate)),
+        "swiglu");
+  return y;
+}
+
+std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor& gate,
+                                                        const torch::Tensor& up,
+                                                        const torch::Tensor& gy) {
+  const c10::cuda::CUDAGuard on_the_device(gate.device());
+  auto dgate = torch::empty_like(gate), dup = torch::empty_like(up);
+  check(
+      model::cuda::swiglu_backward(gate.data_ptr(), up.data_ptr(), gy.data_ptr(), dgate.data_ptr(),
+                                   dup.data_ptr(), gate.numel(), is_bf16(gate), stream_of(gate)),
+      "swiglu backward");
+  return {dgate, dup};
+}
+
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                     float sign) {
+  const c10::cuda::CUDAGuard on_the_device(x.device());
+  auto out = torch::empty_like(x);
+  model::cuda::RopeArgs a;
+  a.x = x.data_ptr();
+  a.cos = cos.data_ptr<float>();
+  a.sin = sin.data_ptr<float>();
+  a.out = out.data_ptr();
+  a.head_dim = x.size(-1);
+  a.rows = x.numel() / a.head_dim;
+  a.heads = x.size(-2);
+  a.tokens = x.size(-3);
+  a.sign = sign;
+  a.bf16 = is_bf16(x);
+  a.stream = stream_of(x);
+  check(model::cuda::rope(a), "rope");
+  return out;
+}
+
+}  // namespace gpu
+#endif
+
 // ---------------------------------------------------------------- RMSNorm
+// x: contiguous [..., d]; weight: [d]. Returns y and the rows' 1 / rms (fp32).
+std::pair<torch::Tensor, torch::Tensor> rms_norm_forward(const torch::Tensor& x,
+                                                         const torch::Tensor& weight, double eps) {
+#ifdef TRELLIS_CUDA_KERNELS
+  if (x.is_cuda()) return gpu::rms_norm_forward(x, weight, eps);
+#endif
+  const int64_t d = x.size(-1), rows = x.numel() / d;
+  auto w = weight.to(x.scalar_type()).contiguous();  // HF multiplies in the input dtype
+  auto y = torch::empty_like(x);
+  auto rstd = torch::empty({rows}, x.options().dtype(torch::kFloat32));
+  dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data_ptr<T>();
+    const T* wp = w.data_ptr<T>();
+    T* yp = y.data_ptr<T>();
+    float* rp = rstd.data_ptr<float>();
+    at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* xr = xp + r * d;
+        float ss = 0;
+        for (int64_t j = 0; j < d; ++j) ss += to_f(xr[j]) * to_f(xr[j]);
+        const float s = 1.0f / std::sqrt(ss / d + static_cast<float>(eps));
+        rp[r] = s;
+        T* yr = yp + r * d;
+        for (int64_t j = 0; j < d; ++j) {
+          yr[j] = from_f<T>(to_f(wp[j]) * to_f(from_f<T>(to_f(xr[j]) * s)));
+        }
+      }
+    });
+  });
+  return {y, rstd};
+}
+
+// The gradients of x (x's dtype) and of the weight (fp32).
+std::pair<torch::Tensor, torch::Tensor> rms_norm_backward(const torch::Tensor& x,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& rstd,
+                                                          const torch::Tensor& gy) {
+#ifdef TRELLIS_CUDA_KERNELS
+  if (x.is_cuda()) return gpu::rms_norm_backward(x, weight, rstd, gy);
+#endif
+  const int64_t d = x.size(-1), rows = x.numel() / d, chunks = num_chunks(rows);
+  auto w = weight.to(x.scalar_type()).contiguous();
+  auto gx = torch::empty_like(x);
+  std::vector<float> partial(static_cast<size_t>(chunks * d), 0.0f);
+  dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data_ptr<T>();
+    const T* wp = w.data_ptr<T>();
+    const T* gp = gy.data_ptr<T>();
+    const float* rp = rstd.data_ptr<float>();
+    T* gxp = gx.data_ptr<T>();
+    at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
+      std::vector<float> g(d);
+      for (int64_t c = cb; c < ce; ++c) {
+        float* gw = partial.data() + c * d;
+        for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
+          const T* xr = xp + r * d;
+          const T* gr = gp + r * d;
+          const float s = rp[r];
+          float dot = 0;
+          for (int64_t j = 0; j < d; ++j) {
+            const float n = to_f(xr[j]) * s, gyj = to_f(gr[j]);
+            gw[j] += gyj * n;
+            g[j] = gyj * to_f(wp[j]);
+            dot += g[j] * n;
+          }
+          dot /= d;
+          T* out = gxp + r * d;
+          for (int64_t j = 0; j < d; ++j) out[j] = from_f<T>(s * (g[j] - to_f(xr[j]) * s * dot));
+        }
+      }
+    });
+  });
+  auto gw = torch::zeros({d}, torch::kFloat32);
+  float* gwp = gw.data_ptr<float>();
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t j = 0; j < d; ++j) gwp[j] += partial[c * d + j];
+  return {gx, gw};
+}
+
 struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in,
                                const torch::Tensor& weight, double eps) {
     auto x = x_in.contiguous();
-    const int64_t d = x.size(-1), rows = x.numel() / d;
-    auto w = weight.to(x.scalar_type()).contiguous();  // HF multiplies in the input dtype
-    auto y = torch::empty_like(x);
-    auto rstd = torch::empty({rows}, x.options().dtype(torch::kFloat32));
-    dispatch(x, [&](auto tag) {
-      using T = decltype(tag);
-      const T* xp = x.data_ptr<T>();
-      const T* wp = w.data_ptr<T>();
-      T* yp = y.data_ptr<T>();
-      float* rp = rstd.data_ptr<float>();
-      at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-          const T* xr = xp + r * d;
-          float ss = 0;
-          for (int64_t j = 0; j < d; ++j) ss += to_f(xr[j]) * to_f(xr[j]);
-          const float s = 1.0f / std::sqrt(ss / d + static_cast<float>(eps));
-          rp[r] = s;
-          T* yr = yp + r * d;
-          for (int64_t j = 0; j < d; ++j) {
-            yr[j] = from_f<T>(to_f(wp[j]) * to_f(from_f<T>(to_f(xr[j]) * s)));
-          }
-        }
-      });
-    });
-    ctx->save_for_backward({x, w, rstd});
-    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+    auto [y, rstd] = rms_norm_forward(x, weight, eps);
+    ctx->save_for_backward({x, weight, rstd});
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto x = saved[0], w = saved[1], rstd = saved[2];
-    auto gy = grads[0].contiguous();
-    const int64_t d = x.size(-1), rows = x.numel() / d, chunks = num_chunks(rows);
-    auto gx = torch::empty_like(x);
-    std::vector<float> partial(static_cast<size_t>(chunks * d), 0.0f);
-    dispatch(x, [&](auto tag) {
-      using T = decltype(tag);
-      const T* xp = x.data_ptr<T>();
-      const T* wp = w.data_ptr<T>();
-      const T* gp = gy.data_ptr<T>();
-      const float* rp = rstd.data_ptr<float>();
-      T* gxp = gx.data_ptr<T>();
-      at::parallel_for(0, chunks, 1, [&](int64_t cb, int64_t ce) {
-        std::vector<float> g(d);
-        for (int64_t c = cb; c < ce; ++c) {
-          float* gw = partial.data() + c * d;
-          for (int64_t r = rows * c / chunks; r < rows * (c + 1) / chunks; ++r) {
-            const T* xr = xp + r * d;
-            const T* gr = gp + r * d;
-            const float s = rp[r];
-            float dot = 0;
-            for (int64_t j = 0; j < d; ++j) {
-              const float n = to_f(xr[j]) * s, gyj = to_f(gr[j]);
-              gw[j] += gyj * n;
-              g[j] = gyj * to_f(wp[j]);
-              dot += g[j] * n;
-            }
-            dot /= d;
-            T* out = gxp + r * d;
-            for (int64_t j = 0; j < d; ++j) out[j] = from_f<T>(s * (g[j] - to_f(xr[j]) * s * dot));
-          }
-        }
-      });
-    });
-    auto gw = torch::zeros({d}, torch::kFloat32);
-    float* gwp = gw.data_ptr<float>();
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int64_t j = 0; j < d; ++j) gwp[j] += partial[c * d + j];
-    auto wdtype = static_cast<torch::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-    return {gx, gw.to(wdtype), torch::Tensor()};
+    auto [gx, gw] = rms_norm_backward(saved[0], saved[1], saved[2], grads[0].contiguous());
+    return {gx, gw.to(saved[1].scalar_type()), torch::Tensor()};
   }
 };
 
 // ---------------------------------------------------------------- SwiGLU
 constexpr int64_t kBlock = 2048;  // elements per inner block: fits L1 with its float buffers
 
+torch::Tensor swiglu_forward(const torch::Tensor& gate, const torch::Tensor& up) {
+#ifdef TRELLIS_CUDA_KERNELS
+  if (gate.is_cuda()) return gpu::swiglu_forward(gate, up);
+#endif
+  auto y = torch::empty_like(gate);
+  const int64_t n = gate.numel();
+  dispatch(gate, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = gate.data_ptr<T>();
+    const T* u = up.data_ptr<T>();
+    T* o = y.data_ptr<T>();
+    at::parallel_for(0, n, kBlock, [&](int64_t b, int64_t e) {
+      std::vector<float> buf(3 * kBlock);
+      for (int64_t i = b; i < e; i += kBlock) {
+        const int64_t m = std::min(kBlock, e - i);
+        float* y = buf.data() + 2 * kBlock;
+        vec::silu_mul(load_into(g + i, buf.data(), m), load_into(u + i, buf.data() + kBlock, m), y,
+                      m);
+        store(y, o + i, m);
+      }
+    });
+  });
+  return y;
+}
+
+// The gradients of gate and up.
+std::pair<torch::Tensor, torch::Tensor> swiglu_backward(const torch::Tensor& gate,
+                                                        const torch::Tensor& up,
+                                                        const torch::Tensor& gy) {
+#ifdef TRELLIS_CUDA_KERNELS
+  if (gate.is_cuda()) return gpu::swiglu_backward(gate, up, gy);
+#endif
+  auto dgate = torch::empty_like(gate), dup = torch::empty_like(up);
+  const int64_t n = gate.numel();
+  dispatch(gate, [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = gate.data_ptr<T>();
+    const T* u = up.data_ptr<T>();
+    const T* gyp = gy.data_ptr<T>();
+    T* dg = dgate.data_ptr<T>();
+    T* du = dup.data_ptr<T>();
+    at::parallel_for(0, n, kBlock, [&](int64_t b, int64_t e) {
+      std::vector<float> buf(5 * kBlock);
+      float *bg = buf.data(), *bu = bg + kBlock, *bd = bu + kBlock, *og = bd + kBlock,
+            *ou = og + kBlock;
+      for (int64_t i = b; i < e; i += kBlock) {
+        const int64_t m = std::min(kBlock, e - i);
+        vec::silu_mul_backward(load_into(g + i, bg, m), load_into(u + i, bu, m),
+                               load_into(gyp + i, bd, m), og, ou, m);
+        store(og, dg + i, m);
+        store(ou, du + i, m);
+      }
+    });
+  });
+  return {dgate, dup};
+}
+
 struct SwigluFn : torch::autograd::Function<SwigluFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& gate_in,
                                const torch::Tensor& up_in) {
     auto gate = gate_in.contiguous(), up = up_in.contiguous();
-    auto y = torch::empty_like(gate);
-    const int64_t n = gate.numel();
-    dispatch(gate, [&](auto tag) {
-      using T = decltype(tag);
-      const T* g = gate.data_ptr<T>();
-      const T* u = up.data_ptr<T>();
-      T* o = y.data_ptr<T>();
-      at::parallel_for(0, n, kBlock, [&](int64_t b, int64_t e) {
-        std::vector<float> buf(3 * kBlock);
-        for (int64_t i = b; i < e; i += kBlock) {
-          const int64_t m = std::min(kBlock, e - i);
-          float* y = buf.data() + 2 * kBlock;
-          vec::silu_mul(load_into(g + i, buf.data(), m), load_into(u + i, buf.data() + kBlock, m),
-                        y, m);
-          store(y, o + i, m);
-        }
-      });
-    });
     ctx->save_for_backward({gate, up});
-    return y;
+    return swiglu_forward(gate, up);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    auto gate = saved[0], up = saved[1];
-    auto gy = grads[0].contiguous();
-    auto dgate = torch::empty_like(gate), dup = torch::empty_like(up);
-    const int64_t n = gate.numel();
-    dispatch(gate, [&](auto tag) {
-      using T = decltype(tag);
-      const T* g = gate.data_ptr<T>();
-      const T* u = up.data_ptr<T>();
-      const T* gyp = gy.data_ptr<T>();
-      T* dg = dgate.data_ptr<T>();
-      T* du = dup.data_ptr<T>();
-      at::parallel_for(0, n, kBlock, [&](int64_t b, int64_t e) {
-        std::vector<float> buf(5 * kBlock);
-        float *bg = buf.data(), *bu = bg + kBlock, *bd = bu + kBlock, *og = bd + kBlock,
-              *ou = og + kBlock;
-        for (int64_t i = b; i < e; i += kBlock) {
-          const int64_t m = std::min(kBlock, e - i);
-          vec::silu_mul_backward(load_into(g + i, bg, m), load_into(u + i, bu, m),
-                                 load_into(gyp + i, bd, m), og, ou, m);
-          store(og, dg + i, m);
-          store(ou, du + i, m);
-        }
-      });
-    });
+    auto [dgate, dup] = swiglu_backward(saved[0], saved[1], grads[0].contiguous());
     return {dgate, dup};
   }
 };
@@ -216,6 +360,9 @@ torch::Tensor rotate(const torch::Tensor& x_in, const torch::Tensor& cos, const 
                      float sign) {
   auto x = x_in.contiguous();
   auto c = cos.contiguous(), s = sin.contiguous();
+#ifdef TRELLIS_CUDA_KERNELS
+  if (x.is_cuda()) return gpu::rotate(x, c, s, sign);
+#endif
   const int64_t hd = x.size(-1), half = hd / 2, heads = x.size(-2), t = x.size(-3);
   const int64_t rows = x.numel() / hd;
   auto out = torch::empty_like(x);
@@ -451,22 +598,43 @@ struct PackedAttentionFn : torch::autograd::Function<PackedAttentionFn> {
   }
 };
 
+// The attention kernels run on the CPU only.
 bool use_kernels(const torch::Tensor& t) { return t.device().is_cpu(); }
+
+// RMSNorm, SwiGLU and RoPE have CPU loops and, in a build with TRELLIS_CUDA_KERNELS, CUDA kernels
+// for the two compute dtypes.
+bool use_elementwise_kernels(const torch::Tensor& t) {
+  if (t.device().is_cpu()) return true;
+#ifdef TRELLIS_CUDA_KERNELS
+  return t.is_cuda() && (t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16);
+#else
+  return false;
+#endif
+}
+
+// RMSNorm's CUDA backward keeps a row's weight gradient in shared memory, which bounds its width.
+bool use_rms_norm_kernels(const torch::Tensor& x) {
+  if (!use_elementwise_kernels(x)) return false;
+#ifdef TRELLIS_CUDA_KERNELS
+  if (x.is_cuda()) return x.size(-1) <= model::cuda::kRmsNormMaxDim;
+#endif
+  return true;
+}
 
 }  // namespace
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (!use_kernels(x)) return composed::rms_norm(x, weight, eps);
+  if (!use_rms_norm_kernels(x)) return composed::rms_norm(x, weight, eps);
   return RmsNormFn::apply(x, weight, eps);
 }
 
 torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up) {
-  if (!use_kernels(gate)) return composed::swiglu(gate, up);
+  if (!use_elementwise_kernels(gate)) return composed::swiglu(gate, up);
   return SwigluFn::apply(gate, up);
 }
 
 torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  if (!use_kernels(x)) return composed::rope(x, cos, sin);
+  if (!use_elementwise_kernels(x)) return composed::rope(x, cos, sin);
   return RopeFn::apply(x, cos, sin);
 }
 

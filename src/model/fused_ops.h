@@ -3,8 +3,10 @@
 // Composed from ATen primitives, RMSNorm, SwiGLU, RoPE and masked softmax attention each cost a
 // dozen full passes over memory (dtype casts, slices and their zero-filled backward copies, masks),
 // which on a CPU costs more time than the matmuls. Each op here is one autograd node whose CPU
-// kernels make one or two passes, computing in fp32 and storing in the compute dtype. On other
-// devices they fall back to the same math in ATen ops. Numerics follow Hugging Face: RMSNorm
+// kernels make one or two passes, computing in fp32 and storing in the compute dtype. In a build
+// with TRELLIS_CUDA_KERNELS, RMSNorm, SwiGLU and RoPE run the same arithmetic as CUDA kernels
+// (model/cuda/fused_ops.h) on a GPU; elsewhere the ops fall back to the same math in ATen ops
+// (the attention on a GPU: SDPA, or the paged kernels). Numerics follow Hugging Face: RMSNorm
 // normalises in fp32 and rounds to the input dtype before scaling; softmax runs in fp32.
 #pragma once
 

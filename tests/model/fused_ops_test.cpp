@@ -25,51 +25,75 @@ double rel(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a64 - b64).abs().max() / (b64.abs().max() + 1e-12)).item<double>();
 }
 
-// Runs f on inputs through both paths with the same upstream gradient; compares all results.
+// Runs f on inputs through both paths with the same upstream gradient; compares all results. The
+// fused path runs on `device` (the CPU's loops or the GPU's kernels), the composed one on the CPU.
 template <typename Fused, typename Composed>
 void compare(std::vector<torch::Tensor> inputs, Fused fused_fn, Composed composed_fn, double tol,
-             const std::string& what) {
-  auto clone_all = [&] {
+             const std::string& what, torch::Device device = torch::kCPU) {
+  auto clone_all = [&](torch::Device to) {
     std::vector<torch::Tensor> out;
-    for (auto& t : inputs) out.push_back(t.detach().clone().requires_grad_(t.requires_grad()));
+    for (auto& t : inputs)
+      out.push_back(t.detach().to(to).clone().requires_grad_(t.requires_grad()));
     return out;
   };
-  auto a = clone_all(), b = clone_all();
+  auto a = clone_all(device), b = clone_all(torch::kCPU);
   auto ya = fused_fn(a), yb = composed_fn(b);
+  ASSERT_EQ(ya.device(), device) << what;
   ASSERT_EQ(ya.sizes(), yb.sizes()) << what;
-  EXPECT_LT(rel(ya, yb), tol) << what << " output";
+  EXPECT_LT(rel(ya.cpu(), yb), tol) << what << " output";
   auto gen = at::detail::createCPUGenerator(99);
   auto g = at::randn(ya.sizes(), gen).to(ya.scalar_type());
-  ya.backward(g);
+  ya.backward(g.to(device));
   yb.backward(g);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].requires_grad()) continue;
     ASSERT_TRUE(a[i].grad().defined()) << what << " input " << i;
     EXPECT_EQ(a[i].grad().scalar_type(), a[i].scalar_type()) << what << " input " << i;
-    EXPECT_LT(rel(a[i].grad(), b[i].grad()), tol * 3) << what << " grad of input " << i;
+    EXPECT_LT(rel(a[i].grad().cpu(), b[i].grad()), tol * 3) << what << " grad of input " << i;
   }
 }
 
-TEST(FusedOps, RmsNormMatchesComposed) {
+// RMSNorm, SwiGLU and RoPE have kernels on the CPU and, in a build with TRELLIS_CUDA_KERNELS, on
+// a GPU (model/cuda/fused_ops.h): each device's against the composed ops on the CPU.
+class ElementwiseTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (device().is_cuda() && !torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  }
+  torch::Device device() const { return torch::Device(GetParam()); }
+};
+
+TEST_P(ElementwiseTest, RmsNormMatchesComposed) {
   for (const auto& c : kCases) {
-    auto x = rnd({7, 3, 40}, c.dtype, 1, 3.0);
-    auto w = rnd({40}, torch::kFloat32, 2);  // fp32 master weight, any compute dtype
-    compare(
-        {x, w}, [](auto v) { return rms_norm(v[0], v[1], 1e-6); },
-        [](auto v) { return composed::rms_norm(v[0], v[1], 1e-6); }, c.tol, "rms_norm");
+    // 21 rows of an odd width; 100 rows of Qwen2-0.5B's (the GPU's backward sums the weight's
+    // gradient in blocks of 32 rows).
+    for (auto shape : {std::vector<int64_t>{7, 3, 40}, std::vector<int64_t>{100, 896}}) {
+      auto x = rnd(shape, c.dtype, 1, 3.0);
+      auto w = rnd({shape.back()}, torch::kFloat32, 2);  // fp32 master weight, any compute dtype
+      compare(
+          {x, w}, [](auto v) { return rms_norm(v[0], v[1], 1e-6); },
+          [](auto v) { return composed::rms_norm(v[0], v[1], 1e-6); }, c.tol, "rms_norm", device());
+    }
   }
+  // No rows (a forward asked for none of its rows' logits): nothing to normalize, a zero gradient.
+  auto x = torch::zeros({0, 40}, torch::TensorOptions(device()).dtype(torch::kBFloat16));
+  auto w = torch::ones({40}, torch::TensorOptions(device())).requires_grad_(true);
+  auto y = rms_norm(x, w, 1e-6);
+  EXPECT_EQ(y.sizes(), x.sizes());
+  y.sum().backward();
+  EXPECT_EQ(w.grad().abs().sum().item<float>(), 0.0f);
 }
 
-TEST(FusedOps, SwigluMatchesComposed) {
+TEST_P(ElementwiseTest, SwigluMatchesComposed) {
   for (const auto& c : kCases) {
     compare(
         {rnd({33, 65}, c.dtype, 3, 4.0), rnd({33, 65}, c.dtype, 4)},
         [](auto v) { return swiglu(v[0], v[1]); },
-        [](auto v) { return composed::swiglu(v[0], v[1]); }, c.tol, "swiglu");
+        [](auto v) { return composed::swiglu(v[0], v[1]); }, c.tol, "swiglu", device());
   }
 }
 
-TEST(FusedOps, RopeMatchesComposed) {
+TEST_P(ElementwiseTest, RopeMatchesComposed) {
   for (const auto& c : kCases) {
     auto angles = torch::outer(torch::arange(5, 14).to(torch::kFloat32),
                                torch::rand({8}, at::detail::createCPUGenerator(5)));
@@ -77,10 +101,13 @@ TEST(FusedOps, RopeMatchesComposed) {
     for (auto shape : {std::vector<int64_t>{9, 4, 16}, std::vector<int64_t>{2, 9, 3, 16}}) {
       compare(
           {rnd(shape, c.dtype, 6), cos, sin}, [](auto v) { return rope(v[0], v[1], v[2]); },
-          [](auto v) { return composed::rope(v[0], v[1], v[2]); }, c.tol, "rope");
+          [](auto v) { return composed::rope(v[0], v[1], v[2]); }, c.tol, "rope", device());
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, ElementwiseTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
 
 TEST(FusedOps, PackedAttentionMatchesComposed) {
   for (const auto& c : kCases) {
