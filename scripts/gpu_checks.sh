@@ -84,12 +84,12 @@ step models 120 bash -c "'$BIN' model init --preset small --out '$WORK/small' &&
   '$BIN' model init --arch qwen2 --preset tiny --out '$WORK/q05' &&
   python3 scripts/hf_peer.py shape '$WORK/q05'"
 
-# The tests first: the fused RMSNorm, SwiGLU and RoPE kernels against the CPU's composed ops,
+# The tests first: the fused RMSNorm, SwiGLU, RoPE and token log-prob kernels against ATen ops,
 # paged attention on CUDA (the decode kernel) against the CPU's, batched sampling, and decode
 # steps replayed from CUDA graphs against op-by-op steps, before any figure is taken.
 step build-tests 240 "${build[@]}" model_tests rl_tests engine_tests validator_tests \
   "${keep_going[@]}"
-step test-kernels 60 "$T/model/model_tests" --gtest_filter='*ElementwiseTest*'
+step test-kernels 60 "$T/model/model_tests" --gtest_filter='*ElementwiseTest*:*TokenLogprobs*'
 step test-paged 90 "$T/engine/engine_tests" \
   --gtest_filter='*Paged*:*BatchSampler*:*DecodeGraphs*'
 

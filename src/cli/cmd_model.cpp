@@ -15,11 +15,12 @@ namespace {
 struct InitFlags {
   std::string arch = "qwen2", preset = "tiny", out;
   uint64_t seed = 0;
+  int64_t vocab_size = 0;
 };
 
 void run_init(const InitFlags& f) {
   auto arch = model::parse_arch(f.arch, "--arch");
-  model::init_model_dir(f.out, arch, f.preset, f.seed);
+  model::init_model_dir(f.out, arch, f.preset, f.seed, f.vocab_size);
   auto config = model::HfConfig::load(f.out);
   std::printf("initialised %s/%s model (%.2fM parameters, seed %llu) in %s\n",
               model::arch_name(arch), f.preset.c_str(), config.num_parameters() / 1e6,
@@ -78,6 +79,10 @@ void add_model_commands(CLI::App& app) {
       ->capture_default_str();
   init_cmd->add_option("--out", init.out, "output directory")->required();
   init_cmd->add_option("--seed", init.seed, "initialisation seed")->capture_default_str();
+  init_cmd
+      ->add_option("--vocab-size", init.vocab_size,
+                   "pad the vocabulary to this many ids (e.g. 151936, Qwen2's LM head)")
+      ->check(CLI::Range(int64_t{1}, model::kMaxConfigVocabSize));
   init_cmd->callback([] { run_init(init); });
 
   static std::string info_dir;

@@ -45,8 +45,9 @@ HfConfig preset_config(Arch arch, const std::string& preset) {
 }
 
 void init_model_dir(const std::filesystem::path& dir, Arch arch, const std::string& preset,
-                    uint64_t seed) {
+                    uint64_t seed, int64_t vocab_size) {
   HfConfig config = preset_config(arch, preset);
+  if (vocab_size > 0) config.vocab_size = vocab_size;
   const bool llama = arch == Arch::Llama;
   write_byte_level_tokenizer(dir, llama ? "llama3" : "chatml");
   // Special ids come from the tokenizer just written. As in the real checkpoints, Qwen uses
@@ -58,7 +59,7 @@ void init_model_dir(const std::filesystem::path& dir, Arch arch, const std::stri
   config.bos_token_id = llama ? id("<|begin_of_text|>") : end_of_text;
   config.eos_token_ids = {tok.eos_ids().at(0), end_of_text};
   if (tok.vocab_size() > config.vocab_size) {
-    throw Error(fmt::format("tokenizer has {} tokens, more than the preset's vocab {}",
+    throw Error(fmt::format("tokenizer has {} tokens, more than the vocab size {}",
                             tok.vocab_size(), config.vocab_size),
                 dir.string());
   }

@@ -356,7 +356,10 @@ ForwardOutput Transformer::finish(const torch::Tensor& x, const ForwardOptions& 
   auto h = rms_norm(options.rows.defined() ? x.index_select(0, options.rows.to(x.device())) : x,
                     final_norm_);
   if (options.hidden) out.hidden = h;
-  if (options.logits) out.logits = linear(h, w(lm_head_)).to(torch::kFloat32);
+  if (options.logits) {
+    out.logits = linear(h, w(lm_head_));
+    if (!options.compute_dtype_logits) out.logits = out.logits.to(torch::kFloat32);
+  }
   return out;
 }
 

@@ -37,7 +37,10 @@
 namespace trellis::model {
 
 struct ForwardOptions {
-  bool logits = true;   // compute the LM head (fp32 logits)
+  bool logits = true;  // compute the LM head (fp32 logits)
+  // The logits in the compute dtype instead of fp32, as the LM head's matmul gives them (for
+  // token_logprobs, which reads them as they are: an fp32 copy of [tokens, vocab] is not made).
+  bool compute_dtype_logits = false;
   bool hidden = false;  // return the final normed hidden states (compute dtype)
   // int64 indices into the leading dimension of the last layer's output: only these rows reach
   // the final norm and the LM head, so outputs are [rows, ...]. Undefined = all rows. (With a
@@ -58,7 +61,7 @@ struct ForwardOptions {
 };
 
 struct ForwardOutput {
-  torch::Tensor logits;  // [tokens, vocab] (packed) or [batch, t, vocab] (step), fp32
+  torch::Tensor logits;  // [tokens, vocab] (packed) or [batch, t, vocab] (step), fp32 (see above)
   torch::Tensor hidden;  // same leading shape, [..., hidden_size]
 };
 

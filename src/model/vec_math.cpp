@@ -58,6 +58,29 @@ float exp_scaled_sum(float* x, float scale, float shift, int64_t n) {
 }
 
 TRELLIS_VECTOR_CLONES
+float exp_scaled_sums(const float* x, float scale, float shift, int64_t n, float* weighted) {
+  float sum = 0, wsum = 0;
+#pragma omp simd reduction(+ : sum, wsum)
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = fast_exp(x[i] * scale - shift);
+    sum += e;
+    wsum += e * x[i];
+  }
+  *weighted = wsum;
+  return sum;
+}
+
+TRELLIS_VECTOR_CLONES
+void softmax_logit_grad(const float* x, float* out, float scale, float shift, float c0, float c1,
+                        int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = x[i] * scale;
+    out[i] = -scale * fast_exp(z - shift) * (c0 + c1 * z);
+  }
+}
+
+TRELLIS_VECTOR_CLONES
 float max_value(const float* x, int64_t n) {
   float m = -__builtin_inff();
 #pragma omp simd reduction(max : m)

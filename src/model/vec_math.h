@@ -24,6 +24,12 @@ void float_to_bf16(const float* src, uint16_t* dst, int64_t n);
 // x[i] = exp(x[i] * scale - shift) for finite x; returns the sum of the results.
 float exp_scaled_sum(float* x, float scale, float shift, int64_t n);
 float max_value(const float* x, int64_t n);  // -inf for n == 0
+// Σ e[i] and Σ e[i] * x[i] (into *weighted) for e[i] = exp(x[i] * scale - shift); x unchanged.
+float exp_scaled_sums(const float* x, float scale, float shift, int64_t n, float* weighted);
+// out[i] = -scale * exp(z - shift) * (c0 + c1 * z) with z = x[i] * scale: the gradient through
+// logits x of a tempered softmax's log-prob (c0) and entropy (c1) terms (model/token_logprobs).
+void softmax_logit_grad(const float* x, float* out, float scale, float shift, float c0, float c1,
+                        int64_t n);
 float dot(const float* a, const float* b, int64_t n);
 // Whether the CPU has AVX512-BF16 dot products (vdpbf16ps), which the skinny matmul needs.
 bool has_avx512_bf16();

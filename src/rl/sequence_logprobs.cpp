@@ -44,18 +44,15 @@ TokenLogprobs sequence_logprobs(model::Transformer& model, const PackedSequences
                                 int64_t vocab_limit, bool with_entropy,
                                 model::ForwardOptions forward) {
   const auto device = model.compute().device;
-  // Only the rows that score completion tokens reach the LM head: [N, vocab] fp32.
+  // Only the rows that score completion tokens reach the LM head: [N, vocab], compute dtype.
   forward.rows = packed.rows;
-  auto logits = model
-                    .forward_packed(packed.tokens.to(device), packed.positions.to(device),
-                                    packed.seq_lens, forward)
-                    .logits;
-  if (vocab_limit > 0 && vocab_limit < logits.size(1)) logits = logits.narrow(1, 0, vocab_limit);
-  const auto scaled = logits * packed.inv_temperature.to(device);
-  const auto logsm = torch::log_softmax(scaled, 1);
-  TokenLogprobs out;
-  out.logp = logsm.gather(1, packed.targets.to(device).unsqueeze(1)).squeeze(1);
-  if (with_entropy) out.entropy = -(logsm.exp() * logsm).sum(1);
+  forward.compute_dtype_logits = true;
+  const auto logits = model
+                          .forward_packed(packed.tokens.to(device), packed.positions.to(device),
+                                          packed.seq_lens, forward)
+                          .logits;
+  auto out = model::token_logprobs(logits, packed.targets, packed.inv_temperature, vocab_limit);
+  if (!with_entropy) out.entropy = torch::Tensor();
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "model/token_logprobs.h"
 #include "model/transformer.h"
 
 namespace trellis::rl {
@@ -38,10 +39,9 @@ struct PackedSequences {
 // Error naming the sequence unless every sequence has a prompt, a completion and T > 0.
 PackedSequences pack_sequences(const std::vector<const Sequence*>& sequences);
 
-struct TokenLogprobs {
-  torch::Tensor logp;     // fp32 [N], completion tokens of all sequences in order
-  torch::Tensor entropy;  // fp32 [N]; undefined unless asked for
-};
+// logp: fp32 [N], completion tokens of all sequences in order; entropy: fp32 [N], undefined
+// unless asked for.
+using model::TokenLogprobs;
 
 // `vocab_limit` (> 0) restricts the softmax to ids below it, as the engine does when the
 // tokenizer has fewer tokens than the model's (padded) vocabulary. `forward` sets fp8 and

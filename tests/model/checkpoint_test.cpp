@@ -93,6 +93,19 @@ TEST(Checkpoint, ShapeNotMatchingConfigIsAnError) {
       << msg;
 }
 
+TEST(Checkpoint, APaddedVocabularyLoadsAndMustHoldTheTokenizer) {
+  auto dir = temp_dir("padded");
+  init_model_dir(dir, Arch::Qwen2, "tiny", 0, 1000);
+  auto m = load_transformer(dir, Compute{});
+  EXPECT_EQ(m->config().vocab_size, 1000);
+  auto logits = m->forward(torch::tensor({1, 2, 3}, torch::kInt64)).logits;
+  EXPECT_EQ(logits.size(-1), 1000);
+  // The byte-level tokenizer has 264 tokens.
+  auto msg = error_of([&] { init_model_dir(temp_dir("too_small"), Arch::Qwen2, "tiny", 0, 200); });
+  EXPECT_NE(msg.find("tokenizer has 264 tokens, more than the vocab size 200"), std::string::npos)
+      << msg;
+}
+
 TEST(Checkpoint, AConfigLargerThanItsWeightsIsRefusedBeforeTheModelIsAllocated) {
   // A 320-token embedding under a config.json that claims 2M tokens: the model of that config
   // holds 1 GiB of fp32 embedding, which the loader allocated before it compared shapes.

@@ -3,10 +3,11 @@
 // grid-stride loops over elements. Arithmetic follows model/fused_ops.cpp's CPU loops term by term.
 #include "model/cuda/fused_ops.h"
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+
+#include "model/cuda/common.cuh"
 
 namespace trellis::model::cuda {
 namespace {
@@ -15,24 +16,6 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxGrid = int64_t{1} << 16;  // grid-stride loops need no more blocks than this
 constexpr int64_t kRowsPerBackwardBlock = 32;
 constexpr unsigned kAll = 0xffffffffu;
-
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ T from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-// An fp32 value as the element type would hold it (HF rounds weights and angles so).
-template <typename T>
-__device__ float rounded(float x) {
-  return to_float(from_float<T>(x));
-}
 
 // The sum of v over the block, returned to every thread, in a fixed order. `scratch` holds one
 // float per warp; the block's threads must all call it.
@@ -48,11 +31,6 @@ __device__ float block_sum(float v, float* scratch) {
 }
 
 int64_t grid_for(int64_t n) { return std::min(kMaxGrid, (n + kThreads - 1) / kThreads); }
-
-const char* launched() {
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
-}
 
 // ---------------------------------------------------------------- RMSNorm
 template <typename T>
@@ -150,7 +128,7 @@ const char* rope_as(const RopeArgs& a) {
   const int64_t n = a.rows * (a.head_dim / 2);
   if (n == 0) return nullptr;
   rope_kernel<T><<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(a.stream)>>>(a);
-  return launched();
+  return launch_error();
 }
 
 }  // namespace
@@ -163,7 +141,7 @@ const char* rms_norm_forward(const RmsNormArgs& a) {
   } else {
     rms_norm_forward_kernel<float><<<a.rows, kThreads, 0, stream>>>(a);
   }
-  return launched();
+  return launch_error();
 }
 
 int64_t rms_norm_backward_blocks(int64_t rows) {
@@ -181,7 +159,7 @@ const char* rms_norm_backward(const RmsNormBackwardArgs& a) {
   } else {
     rms_norm_backward_kernel<float><<<blocks, kThreads, shared, stream>>>(a);
   }
-  return launched();
+  return launch_error();
 }
 
 const char* swiglu_forward(const void* gate, const void* up, void* y, int64_t n, bool bf16,
@@ -198,7 +176,7 @@ const char* swiglu_forward(const void* gate, const void* up, void* y, int64_t n,
   } else {
     run(float{});
   }
-  return launched();
+  return launch_error();
 }
 
 const char* swiglu_backward(const void* gate, const void* up, const void* grad_y, void* grad_gate,
@@ -216,7 +194,7 @@ const char* swiglu_backward(const void* gate, const void* up, const void* grad_y
   } else {
     run(float{});
   }
-  return launched();
+  return launch_error();
 }
 
 const char* rope(const RopeArgs& a) {

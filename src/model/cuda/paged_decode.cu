@@ -4,10 +4,11 @@
 // the flash-decoding rule. Scores, softmax and sums are fp32 whatever the cache's dtype.
 #include "model/cuda/paged_decode.h"
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+
+#include "model/cuda/common.cuh"
 
 namespace trellis::model::cuda {
 namespace {
@@ -16,19 +17,6 @@ constexpr int kBlock = 16;  // tokens per KV block: model::kBlockSize
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr unsigned kAll = 0xffffffffu;
-
-__device__ float to_float(float x) { return x; }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ T from_float(float x);
-template <>
-__device__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // q . key of the slab's token o over the dims [d0, d0 + HD / 2). fp32 keys are [hd][B]; bf16 keys
 // [hd / 2][B][2], so dims 2i and 2i + 1 of a token are one 32-bit word.
@@ -171,8 +159,7 @@ const char* paged_decode(const PagedDecodeArgs& a) {
   } else {
     launch<float>(a);
   }
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return launch_error();
 }
 
 }  // namespace trellis::model::cuda
