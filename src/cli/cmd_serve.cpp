@@ -29,6 +29,7 @@ struct ServeFlags {
   int64_t max_num_seqs = 256, kv_cache_mib = 4096, max_tokens_default = 256;
   int64_t max_body_bytes = int64_t{1} << 20;
   int http_threads = 64;
+  bool eager = false;
   ComputeFlags compute;
 };
 
@@ -86,6 +87,7 @@ void run_serve(const ServeFlags& f) {
   options.max_num_seqs = f.max_num_seqs;
   options.kv_cache_mib = f.kv_cache_mib;
   options.vocab_limit = p.tok.vocab_size();
+  options.decode_graphs = !f.eager;
   engine::Engine engine(*transformer, options);
   engine::EngineLoop loop(engine);
 
@@ -142,6 +144,8 @@ void add_serve_command(CLI::App& app) {
                   "connections served at once (each streaming client holds one)")
       ->capture_default_str()
       ->check(CLI::Range(2, 4096));
+  cmd->add_flag("--eager", f.eager,
+                "on a GPU, run every decode step op by op instead of replaying CUDA graphs");
   add_compute_flags(cmd, f.compute);
   cmd->callback([] { run_serve(f); });
 }

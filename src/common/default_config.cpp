@@ -165,6 +165,7 @@ partial_rollouts = false  # C3PO++ (specs/rl.md §6): keep completions in flight
 inflight_completions = 0  # Ω: completions in flight; 0 = groups_per_submission x rl.group_size
 token_budget = 256      # Φ: finished tokens per iteration; then new weights, refill, uploads
 max_retention = 0       # σ: purge completions spanning more policy versions; 0 = rl.async_level + 1
+decode_graphs = true    # on a GPU: replay steps of decodes alone from CUDA graphs; false = op by op
 
 [toploc]                # TOPLOC proofs of inference (specs/toploc.md)
 proofs = true           # workers: commit to every completion's hidden states while decoding

@@ -33,6 +33,7 @@ engine::EngineOptions worker_engine_options(const Config& config, bool partial,
   eo.vocab_limit = vocab_limit;
   eo.kv_cache_mib = 1024;
   eo.fp8 = rl::Precision::from_config(config).rollout_fp8;
+  eo.decode_graphs = config.get<bool>("infer.decode_graphs");
   return eo;
 }
 

@@ -210,5 +210,18 @@ TEST_F(PartialRollouts, AnOmegaBelowOneGroupIsRefusedNamingTheKey) {
   }
 }
 
+TEST(WorkerEngineOptions, FollowTheConfig) {
+  const auto plain = worker_engine_options(Config::defaults(), false, 300);
+  EXPECT_EQ(plain.max_num_seqs, 4 * Config::defaults().get<int64_t>("rl.group_size"));
+  EXPECT_EQ(plain.vocab_limit, 300);
+  EXPECT_TRUE(plain.decode_graphs);  // on a GPU; the engine ignores it elsewhere
+  EXPECT_FALSE(plain.fp8);
+  const auto eager = worker_engine_options(
+      Config::resolve({}, {"infer.decode_graphs=false", "infer.groups_per_submission=2"}), false,
+      300);
+  EXPECT_FALSE(eager.decode_graphs);
+  EXPECT_EQ(eager.max_num_seqs, 2 * Config::defaults().get<int64_t>("rl.group_size"));
+}
+
 }  // namespace
 }  // namespace trellis::pipeline
