@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/rng.h"
+#include "model/vec_math.h"
 
 namespace trellis::engine {
 namespace {
@@ -69,11 +70,9 @@ Weights weigh(const float* logits, int64_t vocab, double temperature, const char
   r.argmax = arg;
   scratch.weights.resize(vocab);
   double* w = scratch.weights.data();
+  model::vec::exp_weights(logits, vocab, m, temperature, w);  // vectorised: most of the time
   double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    w[i] = std::exp((static_cast<double>(logits[i]) - m) / temperature);
-    sum += w[i];
-  }
+  for (int64_t i = 0; i < vocab; ++i) sum += w[i];
   // NaN or +inf anywhere makes the sum NaN; all -inf makes the maximum -inf.
   if (!std::isfinite(m) || !std::isfinite(sum)) fail_logits(logits, vocab, where);
   r.w = w;

@@ -28,7 +28,44 @@ inline float fast_exp(float x) {
   return p * std::bit_cast<float>(e);
 }
 
+// exp(a) for a <= 0 in double, branch-free: a = n ln2 + r with |r| <= ln2 / 2 (Cody and Waite's
+// split of ln2, whose high part times n is exact), exp(r) by its Taylor series to r^13 (truncation
+// below 1e-17 relative), times 2^n built in the exponent bits. Integer work stays in 64-bit lanes
+// (AVX2 has no double -> int64 conversion): rounding by adding 1.5 * 2^52 leaves n in the low bits.
+inline double exp_nonpositive(double a) {
+  double c = a < -708.0 ? -708.0 : a;
+  c = c == c ? c : 0.0;                      // NaN: any finite value here, restored below
+  const double kRound = 6755399441055744.0;  // 1.5 * 2^52
+  const double shifted = c * 1.4426950408889634 + kRound;
+  const double n = shifted - kRound;
+  double r = c - n * 6.93147180369123816490e-01;
+  r = r - n * 1.90821492927058770002e-10;
+  double p = 1.0 / 6227020800.0;  // 1 / 13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  const int64_t biased = std::bit_cast<int64_t>(shifted) - std::bit_cast<int64_t>(kRound) + 1023;
+  const double result = a < -708.0 ? 0.0 : p * std::bit_cast<double>(biased << 52);
+  return a == a ? result : a;
+}
+
 }  // namespace
+
+TRELLIS_VECTOR_CLONES
+void exp_weights(const float* x, int64_t n, double shift, double divisor, double* out) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = exp_nonpositive((x[i] - shift) / divisor);
+}
 
 TRELLIS_VECTOR_CLONES
 void bf16_to_float(const uint16_t* src, float* dst, int64_t n) {

@@ -31,6 +31,10 @@ float exp_scaled_sums(const float* x, float scale, float shift, int64_t n, float
 void softmax_logit_grad(const float* x, float* out, float scale, float shift, float c0, float c1,
                         int64_t n);
 float dot(const float* a, const float* b, int64_t n);
+// out[i] = exp((x[i] - shift) / divisor) in double, for arguments <= 0 (the weights of a softmax
+// relative to its maximum): within about 2 ulp of std::exp, 0 below -708 (where std::exp's
+// results are subnormal), exactly 1 at 0, NaN for NaN. About 8x std::exp's speed with AVX-512.
+void exp_weights(const float* x, int64_t n, double shift, double divisor, double* out);
 // Whether the CPU has AVX512-BF16 dot products (vdpbf16ps), which the skinny matmul needs.
 bool has_avx512_bf16();
 // out[m * N + j] = Σ_k x[m * K + k] * w[j * K + k] for m < rows (rows <= 4), j in [j0, j1), all
