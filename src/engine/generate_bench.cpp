@@ -105,7 +105,8 @@ GenerateBenchResult bench_generate(model::Transformer& model, const GenerateBenc
       r.decode_bytes +=
           decode_step_bytes(model.config(), element_bytes, st.decode_tokens, positions);
     }
-    if (on_progress) on_progress(engine.stats().tokens_generated, total);
+    // The warm-up's tokens are not this run's.
+    if (on_progress) on_progress(engine.stats().tokens_generated - generated_before, total);
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.generated = total;
