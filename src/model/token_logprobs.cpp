@@ -89,8 +89,9 @@ std::array<torch::Tensor, 3> forward_cpu(const Inputs& in) {
   const float* inv_t = in.inv_temperature.data_ptr<float>();
   float *lp = logp.data_ptr<float>(), *ls = lse.data_ptr<float>(), *en = entropy.data_ptr<float>();
   with_dtype(in.logits, {}, [&](const auto* logits, auto*) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(logits)>>;
     at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> buf(limit);
+      std::vector<float> buf(std::is_same_v<T, float> ? 0 : limit);  // bf16 rows as floats
       for (int64_t r = b; r < e; ++r) {
         const float* x = row_floats(logits, r, v, buf);
         const float scale = inv_t[r], shift = vec::max_value(x, limit) * scale;
@@ -125,7 +126,9 @@ torch::Tensor backward_cpu(const Inputs& in, const torch::Tensor& lse, const tor
   with_dtype(in.logits, grad, [&](const auto* logits, auto* grads) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(logits)>>;
     at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
-      std::vector<float> buf(limit), out(std::is_same_v<T, float> ? 0 : limit);
+      // bf16 rows are converted to floats and back; fp32 rows are read and written in place.
+      const int64_t converted = std::is_same_v<T, float> ? 0 : limit;
+      std::vector<float> buf(converted), out(converted);
       for (int64_t r = b; r < e; ++r) {
         const float* x = row_floats(logits, r, v, buf);
         T* g = grads + r * v;
