@@ -111,15 +111,13 @@ std::array<torch::Tensor, 3> forward_cpu(const Inputs& in) {
   return {logp, lse, entropy};
 }
 
-// The gradient of the logits given those of logp and entropy (either undefined: zero).
+// The gradient of the logits given those of logp and entropy (contiguous fp32, or undefined: zero).
 torch::Tensor backward_cpu(const Inputs& in, const torch::Tensor& lse, const torch::Tensor& entropy,
                            const torch::Tensor& grad_logp, const torch::Tensor& grad_entropy) {
   const int64_t n = in.logits.size(0), v = in.logits.size(1), limit = in.limit;
   auto grad = torch::empty_like(in.logits);
-  auto gl = grad_logp.defined() ? grad_logp.to(torch::kFloat32).contiguous() : grad_logp;
-  auto ge = grad_entropy.defined() ? grad_entropy.to(torch::kFloat32).contiguous() : grad_entropy;
-  const float* glp = gl.defined() ? gl.data_ptr<float>() : nullptr;
-  const float* gep = ge.defined() ? ge.data_ptr<float>() : nullptr;
+  const float* glp = grad_logp.defined() ? grad_logp.data_ptr<float>() : nullptr;
+  const float* gep = grad_entropy.defined() ? grad_entropy.data_ptr<float>() : nullptr;
   const int64_t* targets = in.targets.data_ptr<int64_t>();
   const float* inv_t = in.inv_temperature.data_ptr<float>();
   const float *ls = lse.data_ptr<float>(), *en = entropy.data_ptr<float>();
@@ -180,16 +178,14 @@ torch::Tensor backward_cuda(const Inputs& in, const torch::Tensor& lse,
                             const torch::Tensor& grad_entropy) {
   const c10::cuda::CUDAGuard on_the_device(in.logits.device());
   auto grad = torch::empty_like(in.logits);
-  auto gl = grad_logp.defined() ? grad_logp.to(torch::kFloat32).contiguous() : grad_logp;
-  auto ge = grad_entropy.defined() ? grad_entropy.to(torch::kFloat32).contiguous() : grad_entropy;
   cuda::TokenLogprobsBackwardArgs a;
   a.logits = in.logits.data_ptr();
   a.targets = in.targets.data_ptr<int64_t>();
   a.inv_temperature = in.inv_temperature.data_ptr<float>();
   a.lse = lse.data_ptr<float>();
   a.entropy = entropy.data_ptr<float>();
-  a.grad_logp = gl.defined() ? gl.data_ptr<float>() : nullptr;
-  a.grad_entropy = ge.defined() ? ge.data_ptr<float>() : nullptr;
+  a.grad_logp = grad_logp.defined() ? grad_logp.data_ptr<float>() : nullptr;
+  a.grad_entropy = grad_entropy.defined() ? grad_entropy.data_ptr<float>() : nullptr;
   a.grad_logits = grad.data_ptr();
   a.rows = in.logits.size(0);
   a.vocab = in.logits.size(1);
@@ -220,6 +216,9 @@ struct TokenLogprobsFn : torch::autograd::Function<TokenLogprobsFn> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     Inputs in{saved[0], saved[1], saved[2], ctx->saved_data["limit"].toInt()};
+    for (auto& g : grads) {
+      if (g.defined()) g = g.to(torch::kFloat32).contiguous();
+    }
 #ifdef TRELLIS_CUDA_KERNELS
     auto grad = in.logits.is_cuda() ? backward_cuda(in, saved[3], saved[4], grads[0], grads[1])
                                     : backward_cpu(in, saved[3], saved[4], grads[0], grads[1]);

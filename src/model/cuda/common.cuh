@@ -34,4 +34,15 @@ inline const char* launch_error() {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// Calls launch(T{}) for the element type (bf16 when `bf16`, else fp32) and returns launch_error().
+template <typename Launch>
+const char* launch_as(bool bf16, Launch&& launch) {
+  if (bf16) {
+    launch(__nv_bfloat16{});
+  } else {
+    launch(float{});
+  }
+  return launch_error();
+}
+
 }  // namespace trellis::model::cuda

@@ -123,25 +123,14 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs a) {
   }
 }
 
-template <typename T>
-const char* rope_as(const RopeArgs& a) {
-  const int64_t n = a.rows * (a.head_dim / 2);
-  if (n == 0) return nullptr;
-  rope_kernel<T><<<grid_for(n), kThreads, 0, static_cast<cudaStream_t>(a.stream)>>>(a);
-  return launch_error();
-}
-
 }  // namespace
 
 const char* rms_norm_forward(const RmsNormArgs& a) {
   if (a.rows == 0) return nullptr;
   auto stream = static_cast<cudaStream_t>(a.stream);
-  if (a.bf16) {
-    rms_norm_forward_kernel<__nv_bfloat16><<<a.rows, kThreads, 0, stream>>>(a);
-  } else {
-    rms_norm_forward_kernel<float><<<a.rows, kThreads, 0, stream>>>(a);
-  }
-  return launch_error();
+  return launch_as(a.bf16, [&](auto tag) {
+    rms_norm_forward_kernel<decltype(tag)><<<a.rows, kThreads, 0, stream>>>(a);
+  });
 }
 
 int64_t rms_norm_backward_blocks(int64_t rows) {
@@ -154,51 +143,41 @@ const char* rms_norm_backward(const RmsNormBackwardArgs& a) {
   auto stream = static_cast<cudaStream_t>(a.stream);
   const auto blocks = rms_norm_backward_blocks(a.rows);
   const size_t shared = a.dim * sizeof(float);
-  if (a.bf16) {
-    rms_norm_backward_kernel<__nv_bfloat16><<<blocks, kThreads, shared, stream>>>(a);
-  } else {
-    rms_norm_backward_kernel<float><<<blocks, kThreads, shared, stream>>>(a);
-  }
-  return launch_error();
+  return launch_as(a.bf16, [&](auto tag) {
+    rms_norm_backward_kernel<decltype(tag)><<<blocks, kThreads, shared, stream>>>(a);
+  });
 }
 
 const char* swiglu_forward(const void* gate, const void* up, void* y, int64_t n, bool bf16,
                            void* stream) {
   if (n == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
-  auto run = [&](auto tag) {
+  return launch_as(bf16, [&](auto tag) {
     using T = decltype(tag);
     swiglu_forward_kernel<T><<<grid_for(n), kThreads, 0, s>>>(
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(y), n);
-  };
-  if (bf16) {
-    run(__nv_bfloat16{});
-  } else {
-    run(float{});
-  }
-  return launch_error();
+  });
 }
 
 const char* swiglu_backward(const void* gate, const void* up, const void* grad_y, void* grad_gate,
                             void* grad_up, int64_t n, bool bf16, void* stream) {
   if (n == 0) return nullptr;
   auto s = static_cast<cudaStream_t>(stream);
-  auto run = [&](auto tag) {
+  return launch_as(bf16, [&](auto tag) {
     using T = decltype(tag);
     swiglu_backward_kernel<T><<<grid_for(n), kThreads, 0, s>>>(
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(grad_y),
         static_cast<T*>(grad_gate), static_cast<T*>(grad_up), n);
-  };
-  if (bf16) {
-    run(__nv_bfloat16{});
-  } else {
-    run(float{});
-  }
-  return launch_error();
+  });
 }
 
 const char* rope(const RopeArgs& a) {
-  return a.bf16 ? rope_as<__nv_bfloat16>(a) : rope_as<float>(a);
+  const int64_t n = a.rows * (a.head_dim / 2);
+  if (n == 0) return nullptr;
+  auto stream = static_cast<cudaStream_t>(a.stream);
+  return launch_as(a.bf16, [&](auto tag) {
+    rope_kernel<decltype(tag)><<<grid_for(n), kThreads, 0, stream>>>(a);
+  });
 }
 
 }  // namespace trellis::model::cuda

@@ -154,12 +154,7 @@ bool paged_decode_serves(int64_t head_dim) {
 const char* paged_decode(const PagedDecodeArgs& a) {
   if (!paged_decode_serves(a.head_dim)) return "paged_decode: head size not served";
   if (a.tokens == 0) return nullptr;
-  if (a.bf16) {
-    launch<__nv_bfloat16>(a);
-  } else {
-    launch<float>(a);
-  }
-  return launch_error();
+  return launch_as(a.bf16, [&](auto tag) { launch<decltype(tag)>(a); });
 }
 
 }  // namespace trellis::model::cuda

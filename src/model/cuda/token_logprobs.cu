@@ -96,23 +96,16 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(TokenLogprobsBackwar
 const char* token_logprobs_forward(const TokenLogprobsArgs& a) {
   if (a.rows == 0) return nullptr;
   auto stream = static_cast<cudaStream_t>(a.stream);
-  if (a.bf16) {
-    forward_kernel<__nv_bfloat16><<<a.rows, kThreads, 0, stream>>>(a);
-  } else {
-    forward_kernel<float><<<a.rows, kThreads, 0, stream>>>(a);
-  }
-  return launch_error();
+  return launch_as(
+      a.bf16, [&](auto tag) { forward_kernel<decltype(tag)><<<a.rows, kThreads, 0, stream>>>(a); });
 }
 
 const char* token_logprobs_backward(const TokenLogprobsBackwardArgs& a) {
   if (a.rows == 0) return nullptr;
   auto stream = static_cast<cudaStream_t>(a.stream);
-  if (a.bf16) {
-    backward_kernel<__nv_bfloat16><<<a.rows, kThreads, 0, stream>>>(a);
-  } else {
-    backward_kernel<float><<<a.rows, kThreads, 0, stream>>>(a);
-  }
-  return launch_error();
+  return launch_as(a.bf16, [&](auto tag) {
+    backward_kernel<decltype(tag)><<<a.rows, kThreads, 0, stream>>>(a);
+  });
 }
 
 }  // namespace trellis::model::cuda
